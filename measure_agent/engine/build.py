@@ -1,0 +1,74 @@
+"""Turning rendered kernel source into a callable, with numba's on-disk cache.
+
+Each distinct source is written once to ``<cache_dir>/kernels/k_<digest>.py`` and imported from
+there; numba's ``cache=True`` then stores the machine code beside it. A build worker compiles and
+caches; the run worker imports the same file and loads the machine code instead of compiling again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+from measure_agent.templates.base import KernelSource
+
+# numba reads these once, at import: they must be in the environment of any process that compiles
+# kernels. SLP vectorisation turns unrolled register tiles into vector code (see docs/architecture.md).
+NUMBA_ENVIRONMENT = {"NUMBA_SLP_VECTORIZE": "1", "NUMBA_OPT": "3"}
+
+
+def default_kernel_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "tunefleet"
+
+
+def source_digest(source: KernelSource) -> str:
+    return hashlib.sha1(f"{source.entry}\n{source.text}".encode()).hexdigest()[:20]
+
+
+def kernel_path(source: KernelSource, cache_dir: Path) -> Path:
+    """Write the source (once, atomically) and return its path."""
+    directory = Path(cache_dir) / "kernels"
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"k_{source_digest(source)}.py"
+    if not path.exists():
+        fd, tmp = tempfile.mkstemp(dir=directory, suffix=".tmp")
+        with os.fdopen(fd, "w") as fh:
+            fh.write(source.text)
+        os.replace(tmp, path)
+    return path
+
+
+def load_kernel(source: KernelSource, cache_dir: Path) -> Callable:
+    """Import the kernel module and return its entry point (a numba dispatcher or function)."""
+    path = kernel_path(source, cache_dir)
+    name = f"tunefleet_kernels.{path.stem}"
+    module = sys.modules.get(name)
+    if module is None:
+        spec = importlib.util.spec_from_file_location(name, path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        sys.modules[name] = module
+    return getattr(module, source.entry)
+
+
+def compile_kernel(kernel: Callable, args: tuple) -> float:
+    """Compile ``kernel`` for the types of ``args`` (no call); returns seconds spent.
+
+    Plain Python kernels (only the testing templates have them) need no compiling.
+    """
+    compile_method = getattr(kernel, "compile", None)
+    if compile_method is None:
+        return 0.0
+    from numba import typeof
+
+    start = time.perf_counter()
+    compile_method(tuple(typeof(a) for a in args))
+    return time.perf_counter() - start

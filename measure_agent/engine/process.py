@@ -1,0 +1,159 @@
+"""A worker subprocess seen from the parent: send a request, wait with a deadline, survive crashes."""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from measure_agent.engine.build import NUMBA_ENVIRONMENT
+
+
+class WorkerCrashed(Exception):
+    """The worker process died while handling a request."""
+
+
+class WorkerTimedOut(Exception):
+    """The worker did not answer within the deadline (it has been killed)."""
+
+
+class WorkerProcess:
+    """One ``python -m measure_agent.engine.worker`` child, restarted on demand."""
+
+    def __init__(self, catalog: str, cache_dir: Path) -> None:
+        self.catalog = catalog
+        self.cache_dir = cache_dir
+        self._proc: subprocess.Popen | None = None
+        self._stderr_path: str | None = None
+        self._buffer = b""
+        self._next_id = 0
+
+    def start(self) -> None:
+        env = dict(os.environ)
+        env.update(NUMBA_ENVIRONMENT)
+        fd, self._stderr_path = tempfile.mkstemp(prefix="tunefleet-worker-", suffix=".log")
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "measure_agent.engine.worker", "--catalog", self.catalog,
+             "--cache-dir", str(self.cache_dir)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=fd,
+            env=env,
+            start_new_session=True,  # a kernel's threads and children die with its group
+        )
+        os.close(fd)
+        self._buffer = b""
+
+    @property
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def request(self, message: dict, timeout_s: float) -> dict:
+        """Send ``message`` and return the reply; raise on crash or timeout (worker then gone)."""
+        if not self.alive:
+            self.stop()
+            self.start()
+        assert self._proc is not None and self._proc.stdin is not None
+        self._next_id += 1
+        message = dict(message, id=self._next_id)
+        try:
+            self._proc.stdin.write((json.dumps(message) + "\n").encode())
+            self._proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            raise WorkerCrashed(self._death_message()) from None
+        deadline = time.monotonic() + timeout_s
+        while True:
+            newline = self._buffer.find(b"\n")
+            if newline >= 0:
+                line, self._buffer = self._buffer[:newline], self._buffer[newline + 1:]
+                reply = json.loads(line)
+                if reply.get("id") == self._next_id:
+                    return reply
+                continue
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                self.kill()
+                raise WorkerTimedOut(f"no answer within {timeout_s:g} s")
+            chunk = self._read_some(remaining)
+            if chunk == b"":
+                raise WorkerCrashed(self._death_message())
+            if chunk is not None:
+                self._buffer += chunk
+
+    def _read_some(self, timeout_s: float) -> bytes | None:
+        assert self._proc is not None and self._proc.stdout is not None
+        fd = self._proc.stdout.fileno()
+        with selectors.DefaultSelector() as selector:
+            selector.register(fd, selectors.EVENT_READ)
+            if not selector.select(timeout=min(timeout_s, 0.5)):
+                return None
+        return os.read(fd, 65536)
+
+    def _death_message(self) -> str:
+        code = None
+        if self._proc is not None:
+            try:
+                code = self._proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        if code is not None and code < 0:
+            try:
+                reason = f"worker killed by {signal.Signals(-code).name}"
+            except ValueError:
+                reason = f"worker killed by signal {-code}"
+        else:
+            reason = f"worker exited with code {code}"
+        tail = self._stderr_tail()
+        self.stop()
+        return f"{reason}: {tail}" if tail else reason
+
+    def _stderr_tail(self, lines: int = 3) -> str:
+        if not self._stderr_path:
+            return ""
+        try:
+            with open(self._stderr_path, "rb") as fh:
+                fh.seek(0, os.SEEK_END)
+                fh.seek(max(0, fh.tell() - 4096))
+                text = fh.read().decode(errors="replace")
+        except OSError:
+            return ""
+        kept = [line.strip() for line in text.splitlines() if line.strip()][-lines:]
+        return " | ".join(kept)[:500]
+
+    def kill(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            try:
+                os.killpg(self._proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                self._proc.kill()
+            self._proc.wait()
+        self.stop()
+
+    def stop(self) -> None:
+        """Close the child (politely: EOF on stdin, then kill if it lingers)."""
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            if proc.poll() is None:
+                try:
+                    proc.stdin.close()  # type: ignore[union-attr]
+                    proc.wait(timeout=5)
+                except (OSError, subprocess.TimeoutExpired):
+                    proc.kill()
+                    proc.wait()
+            for stream in (proc.stdin, proc.stdout):
+                try:
+                    stream.close()  # type: ignore[union-attr]
+                except OSError:
+                    pass
+        if self._stderr_path:
+            try:
+                os.unlink(self._stderr_path)
+            except OSError:
+                pass
+            self._stderr_path = None

@@ -1,0 +1,179 @@
+"""The worker process: builds or runs one candidate at a time, on request.
+
+Started by :mod:`measure_agent.engine.pool` as ``python -m measure_agent.engine.worker``. It reads
+one JSON request per line on stdin and answers one JSON line on a private copy of the original
+stdout; the kernel's own prints go to stderr. A candidate that crashes or hangs takes only this
+process down; the parent sees EOF or a timeout and starts a new worker.
+
+Requests (``op``):
+- ``build``: render the kernel, compile it (numba caches it on disk) and report compile time; sent
+  to the run worker too, where it loads the cached machine code before timing starts;
+- ``run``: warm up, check the output against the reference, time it per :class:`TimingConfig`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+from measure_agent.engine.build import compile_kernel, load_kernel
+from measure_agent.engine.checking import Problem, check_output, make_problem
+from measure_agent.engine.types import MeasureStatus, TimingConfig
+from measure_agent.space import ConfigError
+from measure_agent.templates import TemplateCatalog, load_catalog
+from measure_agent.workload import Workload, WorkloadError, parse_workload
+
+
+class CandidateError(Exception):
+    """A failure attributable to the candidate, carried back as a status."""
+
+    def __init__(self, status: MeasureStatus, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class Worker:
+    def __init__(self, catalog: TemplateCatalog, cache_dir: Path) -> None:
+        self.catalog = catalog
+        self.cache_dir = cache_dir
+        self._problems: dict[str, Problem] = {}
+
+    def handle(self, request: dict) -> dict:
+        op = request.get("op")
+        if op == "ping":
+            return {"ok": True, "pid": os.getpid()}
+        try:
+            workload, kernel_source = self._render(request)
+            if op == "build":
+                return self._build(workload, kernel_source)
+            if op == "run":
+                return self._run(workload, kernel_source, TimingConfig(**request["timing"]))
+            return {"status": MeasureStatus.RUNTIME_ERROR.value, "message": f"unknown request {op!r}"}
+        except CandidateError as exc:
+            return {"status": exc.status.value, "message": str(exc)}
+
+    def _render(self, request: dict):
+        try:
+            workload = parse_workload(request["workload"])
+            template = self.catalog.get(workload.op, request.get("target", "cpu"))
+            space = template.space(workload)
+            config = space.from_json(request["config"])
+        except (WorkloadError, ConfigError, LookupError) as exc:
+            raise CandidateError(MeasureStatus.INVALID_CONFIG, str(exc)) from None
+        return workload, template.render(workload, config)
+
+    def _problem(self, workload: Workload) -> Problem:
+        if workload.key not in self._problems:
+            self._problems.clear()  # one workload at a time in practice; bound memory
+            self._problems[workload.key] = make_problem(workload)
+        return self._problems[workload.key]
+
+    def _call_args(self, workload: Workload, kernel_source, problem_inputs) -> tuple:
+        out = np.empty(workload.spec.output_shape(workload.params), dtype=workload.dtype)
+        return (*problem_inputs, out, *kernel_source.runtime_args)
+
+    def _build(self, workload: Workload, kernel_source) -> dict:
+        try:
+            kernel = load_kernel(kernel_source, self.cache_dir)
+            # Types are all that matter for compiling: tiny arrays of the right dtype and rank.
+            tiny = tuple(np.zeros((1,) * x.ndim, dtype=x.dtype) for x in self._tiny_inputs(workload))
+            seconds = compile_kernel(kernel, self._call_args(workload, kernel_source, tiny))
+        except Exception as exc:  # noqa: BLE001 - any compile failure belongs to the candidate
+            raise CandidateError(MeasureStatus.COMPILE_ERROR, _one_line(exc)) from None
+        return {"status": MeasureStatus.OK.value, "compile_time_s": seconds}
+
+    def _tiny_inputs(self, workload: Workload) -> tuple[np.ndarray, ...]:
+        rng = np.random.default_rng(0)
+        ones = {name: 1 for name in workload.spec.params}
+        return workload.spec.make_inputs(ones, np.dtype(workload.dtype), rng)
+
+    def _run(self, workload: Workload, kernel_source, timing: TimingConfig) -> dict:
+        try:
+            kernel = load_kernel(kernel_source, self.cache_dir)
+        except Exception as exc:  # noqa: BLE001
+            raise CandidateError(MeasureStatus.COMPILE_ERROR, _one_line(exc)) from None
+        problem = self._problem(workload)
+        args = self._call_args(workload, kernel_source, problem.inputs)
+        out = args[len(problem.inputs)]
+        out.fill(np.nan)  # a kernel that leaves elements unwritten must not pass by luck
+        try:
+            for _ in range(max(1, timing.warmup)):
+                kernel(*args)
+        except Exception as exc:  # noqa: BLE001
+            raise CandidateError(MeasureStatus.RUNTIME_ERROR, _one_line(exc)) from None
+        check = check_output(problem, out)
+        details = {"max_abs_error": check.max_abs_error, "max_rel_error": check.max_rel_error}
+        if not check.correct:
+            return {
+                "status": MeasureStatus.WRONG_ANSWER.value,
+                "message": f"output differs from the reference: max abs error {check.max_abs_error:.3g}, "
+                f"max rel error {check.max_rel_error:.3g}",
+                "details": details,
+            }
+        number = timing.number
+        costs = []
+        try:
+            if timing.min_repeat_ms > 0:
+                elapsed = _time_calls(kernel, args, number)
+                while elapsed * 1000.0 < timing.min_repeat_ms and number < 1_000_000:
+                    scale = timing.min_repeat_ms / max(elapsed * 1000.0, 1e-3)
+                    number = min(1_000_000, max(number * 2, int(number * scale * 1.1) + 1))
+                    elapsed = _time_calls(kernel, args, number)
+            for _ in range(timing.repeat):
+                costs.append(_time_calls(kernel, args, number) / number)
+        except Exception as exc:  # noqa: BLE001
+            raise CandidateError(MeasureStatus.RUNTIME_ERROR, _one_line(exc)) from None
+        details["number"] = number
+        return {"status": MeasureStatus.OK.value, "costs": costs, "details": details}
+
+
+def _time_calls(kernel, args, number: int) -> float:
+    start = time.perf_counter()
+    for _ in range(number):
+        kernel(*args)
+    return time.perf_counter() - start
+
+
+_ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _one_line(exc: BaseException) -> str:
+    text = _ANSI_ESCAPE.sub("", f"{type(exc).__name__}: {exc}").strip()
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return " | ".join(lines)[:2000]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--catalog", default="default")
+    parser.add_argument("--cache-dir", required=True)
+    args = parser.parse_args(argv)
+    # Protocol answers go to a private copy of stdout; fd 1 now points at stderr for kernel prints.
+    reply = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    worker = Worker(load_catalog(args.catalog), Path(args.cache_dir))
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        try:
+            request = json.loads(line)
+            response = worker.handle(request)
+        except Exception as exc:  # noqa: BLE001 - the worker must answer, whatever happened
+            traceback.print_exc()
+            response = {"status": MeasureStatus.RUNTIME_ERROR.value, "message": _one_line(exc)}
+        response["id"] = request.get("id") if isinstance(request, dict) else None
+        reply.write(json.dumps(response) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

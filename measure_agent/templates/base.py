@@ -1,0 +1,55 @@
+"""The template contract: a schedule space for a workload and the kernel each config renders to.
+
+Agents render kernels only from templates installed with them; what crosses the network is a
+workload and a config, never code. A template's ``version`` changes whenever the kernels it renders
+change, so results measured with different kernels are never mixed.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+from measure_agent.space import Config, ConfigSpace
+from measure_agent.workload import Workload
+
+
+@dataclass(frozen=True)
+class KernelSource:
+    """A rendered kernel: a self-contained Python module and how to call it.
+
+    The engine calls ``entry(*inputs, out, *runtime_args)``; the kernel writes its result into
+    ``out``. Knobs that need not be compile-time constants (cache-block sizes) travel in
+    ``runtime_args`` so that configs differing only in them share one compiled kernel.
+    """
+
+    text: str
+    entry: str
+    runtime_args: tuple[int, ...] = ()
+
+
+class Template(ABC):
+    """Schedules for one operator on one target family (``cpu`` or ``cuda``).
+
+    Contract:
+    - ``space(workload)`` is deterministic for a workload and contains ``default_config``;
+    - every valid config renders, compiles and computes the operator's reference result for any
+      sizes of the workload (remainders included);
+    - ``render`` never executes anything: it only returns source text.
+    """
+
+    op: str
+    target: str
+    version: str
+
+    @abstractmethod
+    def space(self, workload: Workload) -> ConfigSpace:
+        """The valid configs for this workload."""
+
+    @abstractmethod
+    def default_config(self, workload: Workload, space: ConfigSpace) -> Config:
+        """What users get without tuning: a sensible, explicit choice."""
+
+    @abstractmethod
+    def render(self, workload: Workload, config: Config) -> KernelSource:
+        """Kernel source for a valid config."""

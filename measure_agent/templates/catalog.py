@@ -1,0 +1,64 @@
+"""Which templates an installation has: looked up by (operator, target)."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Iterable
+
+from measure_agent.templates.base import Template
+
+
+class TemplateNotFound(LookupError):
+    """No installed template for an (operator, target) pair."""
+
+
+class TemplateCatalog:
+    """An immutable set of templates, one per (op, target)."""
+
+    def __init__(self, name: str, templates: Iterable[Template]) -> None:
+        self.name = name
+        self._templates: dict[tuple[str, str], Template] = {}
+        for template in templates:
+            key = (template.op, template.target)
+            if key in self._templates:
+                raise ValueError(f"two templates for {key}")
+            self._templates[key] = template
+
+    def get(self, op: str, target: str) -> Template:
+        try:
+            return self._templates[(op, target)]
+        except KeyError:
+            have = ", ".join(f"{o}/{t}" for o, t in sorted(self._templates))
+            raise TemplateNotFound(f"no template for {op} on target {target}; installed: {have}") from None
+
+    @property
+    def version(self) -> str:
+        """Digest of every template's version: agents and daemon must agree on it."""
+        text = ";".join(f"{o}/{t}={tpl.version}" for (o, t), tpl in sorted(self._templates.items()))
+        return hashlib.sha1(text.encode()).hexdigest()[:12]
+
+    def __iter__(self):
+        return iter(self._templates.values())
+
+
+def default_catalog() -> TemplateCatalog:
+    """The production templates."""
+    from measure_agent.templates.matmul_cpu import MatmulCpuTemplate
+
+    return TemplateCatalog("default", [MatmulCpuTemplate()])
+
+
+def testing_catalog() -> TemplateCatalog:
+    """Fault-injection templates for tests and benchmarks; never the default on an agent."""
+    from measure_agent.templates.testing import FaultyMatmulTemplate
+
+    return TemplateCatalog("testing", [FaultyMatmulTemplate()])
+
+
+def load_catalog(name: str) -> TemplateCatalog:
+    """The catalog called ``name`` (``default`` or ``testing``)."""
+    if name == "default":
+        return default_catalog()
+    if name == "testing":
+        return testing_catalog()
+    raise ValueError(f"unknown template catalog {name!r}; expected default or testing")

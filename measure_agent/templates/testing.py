@@ -1,0 +1,87 @@
+"""Fault-injection template: a matmul whose config chooses how it misbehaves.
+
+Only in the ``testing`` catalog. It lets tests and benchmarks drive every failure path of the
+engine (compile error, runtime error, wrong answer, hang, crash) and a kernel of known duration,
+through the same protocol as real templates.
+"""
+
+from __future__ import annotations
+
+from measure_agent.space import ChoiceKnob, Config, ConfigSpace
+from measure_agent.templates.base import KernelSource, Template
+from measure_agent.workload import Workload
+
+BEHAVIOURS = ("ok", "compile_error", "raise", "wrong", "hang", "abort", "segfault", "sleep")
+
+_HEADER = '''import time
+import os
+import ctypes
+
+import numpy as np
+from numba import njit
+'''
+
+_BODIES = {
+    "ok": '''
+@njit(cache=True)
+def kernel(A, B, out):
+    out[:, :] = A @ B
+''',
+    "compile_error": '''
+@njit(cache=True)
+def kernel(A, B, out):
+    out[0, 0] = A.no_such_attribute
+''',
+    "raise": '''
+@njit(cache=True)
+def kernel(A, B, out):
+    raise ValueError("injected runtime error")
+''',
+    "wrong": '''
+@njit(cache=True)
+def kernel(A, B, out):
+    out[:, :] = A @ B
+    out[0, 0] += 1.0
+''',
+    "hang": '''
+def kernel(A, B, out):
+    while True:
+        time.sleep(0.05)
+''',
+    "abort": '''
+def kernel(A, B, out):
+    os.abort()
+''',
+    "segfault": '''
+def kernel(A, B, out):
+    ctypes.string_at(0)
+''',
+    "sleep": '''
+def kernel(A, B, out):
+    out[:, :] = A @ B
+    time.sleep({sleep_ms} / 1000.0)
+''',
+}
+
+
+class FaultyMatmulTemplate(Template):
+    op = "matmul"
+    target = "cpu"
+    version = "testing-1"
+
+    def space(self, workload: Workload) -> ConfigSpace:
+        return ConfigSpace(
+            [
+                ChoiceKnob("behaviour", BEHAVIOURS),
+                ChoiceKnob("sleep_ms", (0, 1, 5, 10, 20, 50, 100)),
+                ChoiceKnob("variant", tuple(range(64))),
+            ]
+        )
+
+    def default_config(self, workload: Workload, space: ConfigSpace) -> Config:
+        return space.make({"behaviour": "ok", "sleep_ms": 0, "variant": 0})
+
+    def render(self, workload: Workload, config: Config) -> KernelSource:
+        body = _BODIES[config["behaviour"]].format(sleep_ms=config["sleep_ms"])
+        # ``variant`` only makes distinct configs (and sources) for throughput tests.
+        return KernelSource(text=f"{_HEADER}\nVARIANT = {config['variant']}\n{body}", entry="kernel")
