@@ -1,0 +1,87 @@
+"""The ``measure-agent`` command line.
+
+``info`` describes this device as the tuner will record it; ``measure`` builds, checks and times one
+config of a workload here, through the same engine that serves the tuner. Joining a fleet
+(``--tracker``) comes with the daemon.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from measure_agent import __version__
+from measure_agent.device import detect_device
+from measure_agent.engine import MeasureEngine, MeasureInput, TimingConfig
+from measure_agent.space import ConfigError
+from measure_agent.templates import TemplateNotFound, default_catalog
+from measure_agent.workload import WorkloadError, parse_workload
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    info = detect_device()
+    catalog = default_catalog()
+    data = {
+        "device_key": info.default_key,
+        "device": info.to_json(),
+        "agent_version": __version__,
+        "template_catalog_version": catalog.version,
+        "templates": sorted(f"{t.op}/{t.target}" for t in catalog),
+    }
+    print(json.dumps(data, indent=2, sort_keys=True))
+    return 0
+
+
+def cmd_measure(args: argparse.Namespace) -> int:
+    workload = parse_workload(args.workload)
+    template = default_catalog().get(workload.op, args.target)
+    space = template.space(workload)
+    config = template.default_config(workload, space) if args.config == "default" else space.from_json(args.config)
+    timing = TimingConfig(number=args.number, repeat=args.repeat, min_repeat_ms=args.min_repeat_ms,
+                          run_timeout_s=args.timeout)
+    with MeasureEngine(timing) as engine:
+        [result] = engine.measure([MeasureInput(workload, config, args.target)])
+    output = {
+        "workload": workload.key,
+        "config": config.to_json(),
+        "status": result.status.value,
+        "costs": list(result.costs),
+        "mean_s": result.mean_s,
+        "gflops": workload.flops / result.mean_s / 1e9 if result.mean_s else None,
+        "compile_time_s": result.compile_time_s,
+        "message": result.message,
+    }
+    print(json.dumps(output, sort_keys=True))
+    return 0 if result.status.is_ok else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="measure-agent", description="tunefleet measurement agent")
+    parser.add_argument("--version", action="version", version=f"measure-agent {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    info = sub.add_parser("info", help="describe this device and the installed templates")
+    info.set_defaults(func=cmd_info)
+    measure = sub.add_parser("measure", help="build, check and time one config here")
+    measure.add_argument("--workload", required=True, help="e.g. 'matmul(M=512,N=512,K=512)'")
+    measure.add_argument("--target", default="cpu")
+    measure.add_argument("--config", default="default", help="config JSON, or 'default'")
+    measure.add_argument("--number", type=int, default=1)
+    measure.add_argument("--repeat", type=int, default=3)
+    measure.add_argument("--min-repeat-ms", type=float, default=50.0)
+    measure.add_argument("--timeout", type=float, default=20.0)
+    measure.set_defaults(func=cmd_measure)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (WorkloadError, ConfigError, TemplateNotFound, ValueError) as exc:
+        print(f"measure-agent: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,79 @@
+"""The measurement engine under fault injection (testing templates: no real kernels needed)."""
+
+import pytest
+
+from measure_agent.engine import MeasureEngine, MeasureInput, MeasureStatus, TimingConfig
+from measure_agent.templates import testing_catalog as fault_catalog
+from measure_agent.workload import parse_workload
+
+WORKLOAD = parse_workload("matmul(M=8,N=6,K=5)")
+SPACE = fault_catalog().get("matmul", "cpu").space(WORKLOAD)
+
+
+def candidate(behaviour, sleep_ms=0, variant=0):
+    return MeasureInput(WORKLOAD, SPACE.make({"behaviour": behaviour, "sleep_ms": sleep_ms, "variant": variant}))
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory):
+    timing = TimingConfig(number=1, repeat=2, min_repeat_ms=5, run_timeout_s=3, build_timeout_s=60)
+    with MeasureEngine(timing, build_workers=2, catalog="testing", cache_dir=tmp_path_factory.mktemp("kc")) as e:
+        yield e
+
+
+def test_every_failure_gets_its_status_and_the_engine_carries_on(engine):
+    behaviours = ["ok", "compile_error", "raise", "wrong", "hang", "abort", "segfault", "ok"]
+    results = engine.measure([candidate(b, variant=i) for i, b in enumerate(behaviours)])
+    statuses = [r.status for r in results]
+    assert statuses == [
+        MeasureStatus.OK,
+        MeasureStatus.COMPILE_ERROR,
+        MeasureStatus.RUNTIME_ERROR,
+        MeasureStatus.WRONG_ANSWER,
+        MeasureStatus.RUN_TIMEOUT,
+        MeasureStatus.RUNTIME_ERROR,
+        MeasureStatus.RUNTIME_ERROR,
+        MeasureStatus.OK,
+    ]
+    assert "no_such_attribute" in results[1].message
+    assert "injected runtime error" in results[2].message
+    assert "max abs error" in results[3].message
+    assert "SIGABRT" in results[5].message
+    assert "SIGSEGV" in results[6].message
+    for r in results:
+        assert "\x1b[" not in r.message and "\n" not in r.message
+    assert results[-1].mean_s is not None and results[-1].mean_s > 0
+    assert results[1].mean_s is None
+
+
+def test_timing_follows_number_repeat_and_min_repeat_ms(engine):
+    [result] = engine.measure([candidate("sleep", sleep_ms=1, variant=1)])
+    assert result.status is MeasureStatus.OK
+    assert len(result.costs) == 2  # repeat
+    # each cost is a per-call mean of a sleep of at least 1 ms
+    assert all(c >= 0.001 for c in result.costs)
+    assert result.details["number"] >= 5  # grown until a repeat lasted min_repeat_ms (5 ms)
+
+
+def test_config_outside_the_space_is_refused_without_building(engine):
+    from measure_agent.space import Config
+
+    bad = MeasureInput(WORKLOAD, Config((("behaviour", "explode"), ("sleep_ms", 0), ("variant", 0))))
+    [result] = engine.measure([bad])
+    assert result.status is MeasureStatus.INVALID_CONFIG
+    assert "explode" in result.message
+
+
+def test_unknown_target_is_refused(engine):
+    item = candidate("ok")
+    [result] = engine.measure([MeasureInput(item.workload, item.config, target="fpga")])
+    assert result.status is MeasureStatus.INVALID_CONFIG
+    assert "no template for matmul on target fpga" in result.message
+
+
+def test_build_timeout(tmp_path):
+    # A compile cannot be made to hang on purpose; a tiny build limit stands in for it.
+    timing = TimingConfig(build_timeout_s=0.01)
+    with MeasureEngine(timing, catalog="testing", cache_dir=tmp_path) as e:
+        [result] = e.measure([candidate("ok", variant=7)])
+    assert result.status is MeasureStatus.BUILD_TIMEOUT

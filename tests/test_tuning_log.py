@@ -1,0 +1,526 @@
+"""Tests of the tuning log (tuner.log) on SQLite and PostgreSQL, and of tuner.settings.
+
+PostgreSQL tests use the server at ``$TUNEFLEET_TEST_PG`` (default
+``postgresql+psycopg://postgres@127.0.0.1:5432/test``): each test creates its own databases through
+the server's ``postgres`` database and drops them afterwards. They are skipped only when the server
+cannot be reached.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import threading
+import uuid
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings as hsettings, strategies as st
+from sqlalchemy import create_engine
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import SQLAlchemyError
+
+from measure_agent.engine.types import MeasureResult, MeasureStatus
+from measure_agent.space import Config
+from measure_agent.workload import WorkloadError
+from tuner import settings
+from tuner.log import (
+    LogFormatError,
+    NotFoundError,
+    RecordError,
+    TrialRecord,
+    TuningLog,
+    TuningLogError,
+    export_trials,
+    import_trials,
+)
+
+PG_URL = os.environ.get("TUNEFLEET_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+WL = "matmul(M=64,N=64,K=64,dtype=float32)"
+WL2 = "matmul(M=128,N=64,K=32,dtype=float64)"
+T0 = datetime(2024, 5, 1, 12, 0, 0, 123456, tzinfo=timezone.utc)
+
+
+# -- fixtures --------------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def pg_admin():
+    """An AUTOCOMMIT engine on the server's ``postgres`` database, or a skip if unreachable."""
+    url = make_url(PG_URL).set(database="postgres")
+    engine = create_engine(url, isolation_level="AUTOCOMMIT", connect_args={"connect_timeout": 3})
+    try:
+        with engine.connect():
+            pass
+    except SQLAlchemyError as exc:
+        engine.dispose()
+        pytest.skip(f"PostgreSQL unreachable at {PG_URL}: {str(exc).splitlines()[0]}")
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def new_db(request, tmp_path):
+    """Factory of URLs of fresh, empty databases on the parametrised backend."""
+    if request.param == "sqlite":
+        paths = iter(range(1000))
+        yield lambda: f"sqlite:///{tmp_path / f'log{next(paths)}.db'}"
+        return
+    admin = request.getfixturevalue("pg_admin")
+    created: list[str] = []
+
+    def make() -> str:
+        name = f"tf_test_{uuid.uuid4().hex[:12]}"
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+        created.append(name)
+        return make_url(PG_URL).set(database=name).render_as_string(hide_password=False)
+
+    yield make
+    with admin.connect() as conn:
+        for name in created:
+            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def log(new_db):
+    with TuningLog(new_db()) as opened:
+        yield opened
+
+
+def trial(config: dict, status: str = "ok", mean: float | None = 1.0, *, workload: str = WL,
+          device: str = "dev-a", target: str = "cpu", at: int = 0, **extra) -> TrialRecord:
+    """A record; ``at`` is microseconds after T0, so tests control the order in time."""
+    ok = status == "ok"
+    return TrialRecord(
+        workload_key=workload,
+        device_key=device,
+        target=target,
+        config=config,
+        status=status,
+        costs=(mean, mean) if ok else (),
+        mean_s=mean if ok else None,
+        created_at=T0 + timedelta(microseconds=at),
+        **extra,
+    )
+
+
+# -- recording ----------------------------------------------------------------------------------
+def test_record_then_duplicate_is_a_noop(log):
+    first = trial({"tile": 8}, mean=0.5, message="first")
+    assert log.record_trial(first) is True
+    again = trial({"tile": 8}, mean=0.1, message="second", at=5)
+    assert log.record_trial(again) is False
+    # Another spelling of the same workload is the same workload.
+    assert log.record_trial(trial({"tile": 8}, workload="matmul(M=64, N=64, K=64)")) is False
+    stored = log.trials()
+    assert stored == [first]
+    assert stored[0].created_at == T0 and stored[0].created_at.tzinfo is timezone.utc
+    # The same config on another device or target is a different measurement.
+    assert log.record_trial(trial({"tile": 8}, device="dev-b")) is True
+    assert log.record_trial(trial({"tile": 8}, target="cpu-avx512")) is True
+    assert log.record_trials([trial({"tile": 8}), trial({"tile": 16}), trial({"tile": 16})]) == 1
+    assert len(log.trials()) == 4
+    assert log.workload_keys() == [WL]
+    assert log.device_keys() == ["dev-a", "dev-b"]
+
+
+def test_measured_digests_cover_every_status(log):
+    configs = [Config((("tile", t), ("split", (2, t)))) for t in (4, 8, 16)]
+    log.record_trial(trial(configs[0].to_json(), "ok", 0.2))
+    log.record_trial(trial(configs[1].to_json(), "compile_error"))
+    log.record_trial(trial(configs[2].to_json(), "run_timeout", device="dev-b"))
+    assert log.measured_digests(WL, "dev-a", "cpu") == {configs[0].digest, configs[1].digest}
+    assert log.measured_digests("matmul(K=64,N=64,M=64)", "dev-b", "cpu") == {configs[2].digest}
+    assert log.measured_digests(WL, "dev-a", "gpu") == set()
+    assert log.measured_digests(WL2, "dev-a", "cpu") == set()
+
+
+def test_best_orders_ok_trials_by_mean_and_limits_to_top(log):
+    means = [0.30, 0.10, 0.20, 0.10, 0.05]
+    log.record_trials(trial({"i": i}, mean=m, at=i) for i, m in enumerate(means))
+    log.record_trial(trial({"i": 99}, "wrong_answer", at=99))
+    log.record_trial(trial({"i": 98}, mean=0.001, target="other"))
+    log.record_trial(trial({"i": 97}, mean=0.001, device="dev-b"))
+
+    assert [r.config["i"] for r in log.best(WL, "dev-a")] == [4]
+    # Equal means: the earlier trial first.
+    assert [r.config["i"] for r in log.best(WL, "dev-a", "cpu", top=3)] == [4, 1, 3]
+    assert [r.mean_s for r in log.best(WL, "dev-a", top=100)] == sorted(means)
+    assert log.best(WL2, "dev-a") == []
+    with pytest.raises(ValueError):
+        log.best(WL, "dev-a", top=0)
+
+
+def test_trials_filters_and_order(log):
+    log.record_trial(trial({"k": 1}, at=30))
+    log.record_trial(trial({"k": 2}, "compile_error", at=10))
+    log.record_trial(trial({"k": 3}, workload=WL2, at=20))
+    log.record_trial(trial({"k": 4}, device="dev-b", target="gpu", at=0))
+    log.record_trial(trial({"k": 5}, "runtime_error", at=10))  # same time as k=2: insertion order
+
+    def ks(**filters):
+        return [r.config["k"] for r in log.trials(**filters)]
+
+    assert ks() == [4, 2, 5, 3, 1]
+    assert ks(workload_key=WL) == [4, 2, 5, 1]
+    assert ks(workload_key="matmul(M=128,N=64,K=32,dtype=float64)") == [3]
+    assert ks(device_key="dev-b") == [4]
+    assert ks(target="cpu") == [2, 5, 3, 1]
+    assert ks(status="ok") == [4, 3, 1]
+    assert ks(workload_key=WL, device_key="dev-a", target="cpu", status="compile_error") == [2]
+    assert ks(device_key="nobody") == []
+    with pytest.raises(ValueError):
+        log.trials(status="bogus")
+    with pytest.raises(WorkloadError):
+        log.trials(workload_key="conv(X=1)")
+
+
+def test_devices_are_upserted(log):
+    log.upsert_device("dev-a", {"arch": "x86_64", "cores": 4})
+    log.upsert_device("dev-a", {"arch": "x86_64", "cores": 8, "isa_features": ["avx2"]})
+    assert log.device_info("dev-a") == {"arch": "x86_64", "cores": 8, "isa_features": ["avx2"]}
+    log.record_trial(trial({"t": 1}, device="dev-z"))
+    assert log.device_info("dev-z") == {}
+    assert log.device_keys() == ["dev-a", "dev-z"]
+    with pytest.raises(NotFoundError):
+        log.device_info("missing")
+
+
+def test_job_lifecycle(log):
+    job = log.create_job("matmul(M=64,N=64,K=64)", "dev-a", "cpu", "random", 32, {"seed": 7})
+    record = log.get_job(job)
+    assert (record.id, record.workload_key, record.device_key, record.target) == (job, WL, "dev-a", "cpu")
+    assert (record.strategy, record.trials, record.options, record.status) == ("random", 32, {"seed": 7}, "running")
+    assert record.finished_at is None and not record.is_finished
+    assert record.created_at.tzinfo is timezone.utc
+
+    assert log.record_trial(trial({"t": 1}, job_id=job)) is True
+    assert log.record_trial(trial({"t": 2})) is True
+    assert [r.config for r in log.trials(job_id=job)] == [{"t": 1}]
+    assert log.trials(job_id=job)[0].job_id == job
+
+    # A trial naming a job of another workload, or an unknown job, is refused; the batch is atomic.
+    with pytest.raises(TuningLogError):
+        log.record_trials([trial({"t": 3}), trial({"t": 4}, workload=WL2, job_id=job)])
+    with pytest.raises(NotFoundError):
+        log.record_trial(trial({"t": 5}, job_id=job + 100))
+    assert len(log.trials()) == 2
+
+    assert log.finish_job(job, "done") is True
+    assert log.finish_job(job, "cancelled") is False  # first final status wins
+    done = log.get_job(job)
+    assert done.status == "done" and done.is_finished
+    assert done.finished_at is not None and done.finished_at >= done.created_at
+    with pytest.raises(ValueError):
+        log.finish_job(job, "running")
+    with pytest.raises(NotFoundError):
+        log.finish_job(job + 100, "failed")
+    with pytest.raises(NotFoundError):
+        log.get_job(job + 100)
+    with pytest.raises(ValueError):
+        log.create_job(WL, "dev-a", "cpu", "random", 0)
+
+
+# -- JSON lines -------------------------------------------------------------------------------
+def _rich_log(log: TuningLog) -> None:
+    log.upsert_device("dev-a", {"arch": "x86_64", "cpu_model": "Épyc™ 7B13", "cores": 2,
+                                "isa_features": ["avx2", "fma"], "numba_version": "0.60.0"})
+    log.upsert_device("dev-b", {"arch": "aarch64", "cores": 4, "extra": {"board": "pi"}})
+    awkward = [0.1, 1e-300, 5e-324, 1 / 3, 123456789.123456789, 2.0 ** -40]
+    records = []
+    for i, value in enumerate(awkward):
+        records.append(TrialRecord(
+            workload_key=WL if i % 2 else WL2, device_key="dev-a" if i < 4 else "dev-b",
+            target="cpu", config={"tile": [i, 2 * i], "unroll": i % 2 == 0, "name": f"ü{i}\x00😀"},
+            status="ok", costs=(value, value * 2, 0.0), mean_s=value, compile_time_s=value / 7,
+            message="", agent="agent-1", template_version="v2",
+            created_at=T0 + timedelta(seconds=i, microseconds=i)))
+    records.append(TrialRecord(WL, "dev-a", "gpu", {"tile": 1}, "compile_error", (), None, 0.25,
+                               "error:\n\tline \"2\" \u2603", "agent-2", "v2", T0))
+    records.append(TrialRecord(WL, "dev-a", "cpu", {"tile": 2}, "run_timeout", (), None, 1.5,
+                               "timed out", "agent-2", "v1", T0 + timedelta(days=400)))
+    # A non-UTC input time is stored as the same instant in UTC.
+    records.append(TrialRecord(WL, "dev-b", "cpu", {"tile": 3}, "ok", (2.5,), 2.5, 0.0, "", "a", "v1",
+                               datetime(2024, 5, 1, 14, 0, 0, 1, tzinfo=timezone(timedelta(hours=2)))))
+    assert log.record_trials(records) == len(records)
+
+
+def test_export_import_export_is_byte_identical(new_db):
+    with TuningLog(new_db()) as source:
+        _rich_log(source)
+        first = io.StringIO()
+        count = export_trials(source, first)
+        expected = {(r.workload_key, r.device_key, r.target, r.config_digest): r for r in source.trials()}
+    text = first.getvalue()
+    lines = text.splitlines()
+    assert count == len(lines) == 9
+    for line in lines:
+        obj = json.loads(line)
+        assert line == json.dumps(obj, sort_keys=True, separators=(",", ":"))
+        assert (obj["format"], obj["version"]) == ("tunefleet-log", 1)
+        assert obj["timestamp"].endswith("Z") and len(obj["timestamp"]) == len("2024-05-01T12:00:00.123456Z")
+    order = [(o["workload"], o["device_key"], o["target"], o["timestamp"]) for o in map(json.loads, lines)]
+    assert order == sorted(order)
+
+    with TuningLog(new_db()) as copy:
+        summary = import_trials(copy, io.StringIO(text))
+        assert (summary.read, summary.inserted, summary.duplicates) == (9, 9, 0)
+        second = io.StringIO()
+        export_trials(copy, second)
+        assert second.getvalue() == text
+        assert copy.device_info("dev-a")["cpu_model"] == "Épyc™ 7B13"
+        for record in copy.trials():
+            original = expected[(record.workload_key, record.device_key, record.target, record.config_digest)]
+            assert record == original
+        # Importing again changes nothing.
+        again = import_trials(copy, io.StringIO(text))
+        assert (again.read, again.inserted, again.duplicates) == (9, 0, 9)
+        filtered = io.StringIO()
+        assert export_trials(copy, filtered, workload_key=WL, device_key="dev-a") == 4
+        assert filtered.getvalue().splitlines() == [l for l in lines if f'"workload":"{WL}"' in l
+                                                    and '"device_key":"dev-a"' in l]
+
+
+def test_import_keeps_info_of_known_devices(log):
+    log.upsert_device("dev-a", {"cores": 8})
+    line = json.dumps(trial({"t": 1}).to_json({"cores": 2}))
+    assert import_trials(log, io.StringIO(line + "\n")).inserted == 1
+    assert log.device_info("dev-a") == {"cores": 8}
+
+
+def _good_lines() -> list[str]:
+    return [json.dumps(trial({"t": i}, at=i).to_json({"cores": 2}), sort_keys=True) for i in range(3)]
+
+
+def _set(field, value):
+    def change(obj):
+        obj[field] = value
+    return change
+
+
+def _drop(field):
+    def change(obj):
+        del obj[field]
+    return change
+
+
+BAD_LINES = {
+    "missing field": (_drop("costs"), "missing field 'costs'"),
+    "wrong type": (_set("costs", "0.1"), "'costs' must be a list"),
+    "wrong element type": (_set("costs", [0.1, "x"]), "costs[1]"),
+    "bool as number": (_set("compile_time_s", True), "compile_time_s"),
+    "unknown status": (_set("status", "fast"), "status 'fast'"),
+    "bad workload": (_set("workload", "conv2d(N=1)"), "unknown operator"),
+    "version": (_set("version", 2), "unsupported version 2"),
+    "format": (_set("format", "other"), "format"),
+    "mean for failure": (_set("status", "compile_error"), "mean_s must be null"),
+    "naive timestamp": (_set("timestamp", "2024-05-01T12:00:00.000001"), "no time zone"),
+    "bad timestamp": (_set("timestamp", "yesterday"), "not ISO-8601"),
+    "negative cost": (_set("costs", [-1.0]), "non-negative"),
+    "not an object": (lambda obj: obj.clear() or obj.update(x=1), "missing field"),
+    "device info disagrees": (_set("device_info", {"cores": 3}), "differs from line 1"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_LINES))
+def test_import_rejects_a_bad_line_and_imports_nothing(tmp_path, case):
+    change, problem = BAD_LINES[case]
+    lines = _good_lines()
+    obj = json.loads(lines[1])
+    change(obj)
+    lines[1] = json.dumps(obj)
+    with TuningLog(f"sqlite:///{tmp_path / 'log.db'}") as log:
+        with pytest.raises(LogFormatError) as info:
+            import_trials(log, io.StringIO("\n".join(lines) + "\n"))
+        assert info.value.line == 2
+        assert str(info.value).startswith("line 2: ") and problem in str(info.value)
+        assert "\n" not in str(info.value)
+        assert log.trials() == [] and log.workload_keys() == [] and log.device_keys() == []
+
+
+def test_truncated_or_garbled_file_names_the_line_and_imports_nothing(log):
+    text = "".join(line + "\n" for line in _good_lines())
+    truncated = text[: len(text) - 40]
+    with pytest.raises(LogFormatError, match=r"^line 3: not valid JSON"):
+        import_trials(log, io.StringIO(truncated))
+    with pytest.raises(LogFormatError, match=r"^line 2: not valid JSON"):
+        import_trials(log, io.StringIO(text.replace("\n", "\n{oops\n", 1)))
+    with pytest.raises(LogFormatError, match=r"^line 1: a line must be a JSON object"):
+        import_trials(log, io.StringIO("[1, 2]\n" + text))
+    assert log.trials() == [] and log.workload_keys() == []
+    # Blank lines are not trials, but they count for line numbers.
+    assert import_trials(log, io.StringIO("\n" + text + "\n\n")).read == 3
+
+
+# -- errors ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("url", [
+    "not a url",
+    "nosuchdialect://host/db",
+    "postgresql+psycopg://postgres:secret@127.0.0.1:1/nothing",
+    "sqlite:////nonexistent-dir/sub/log.db",
+])
+def test_bad_urls_raise_tuning_log_error(url):
+    with pytest.raises(TuningLogError) as info:
+        TuningLog(url)
+    message = str(info.value)
+    assert "\n" not in message and "secret" not in message
+    assert info.value.__cause__ is None and info.value.__suppress_context__
+
+
+def test_corrupt_or_foreign_sqlite_file_raises_tuning_log_error(tmp_path):
+    garbage = tmp_path / "garbage.db"
+    garbage.write_bytes(os.urandom(8192))
+    with pytest.raises(TuningLogError, match="garbage.db") as info:
+        TuningLog(f"sqlite:///{garbage}")
+    assert "\n" not in str(info.value)
+
+    foreign = tmp_path / "foreign.db"
+    engine = create_engine(f"sqlite:///{foreign}")
+    with engine.begin() as conn:
+        conn.exec_driver_sql("CREATE TABLE trials (id INTEGER PRIMARY KEY, what TEXT)")
+    engine.dispose()
+    with pytest.raises(TuningLogError, match="lacks column"):
+        TuningLog(f"sqlite:///{foreign}")
+
+
+def test_closed_log_refuses_calls(tmp_path):
+    with TuningLog(f"sqlite:///{tmp_path / 'log.db'}") as log:
+        pass
+    log.close()
+    with pytest.raises(TuningLogError, match="closed"):
+        log.trials()
+
+
+def test_sqlite_pragmas(tmp_path):
+    path = tmp_path / "log.db"
+    with TuningLog(f"sqlite:///{path}") as log:
+        with log._engine.connect() as conn:
+            assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+            assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
+            assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() == 30000
+
+
+def test_concurrent_writers_insert_each_config_once(new_db):
+    url = new_db()
+    records = [trial({"t": i}, at=i) for i in range(25)]
+    results: list[int] = []
+    errors: list[BaseException] = []
+    start = threading.Barrier(4)
+
+    def writer(seed: int) -> None:
+        try:
+            start.wait()
+            with TuningLog(url) as log:  # opening a fresh database concurrently is part of the test
+                for record in records[seed::2] + records:
+                    results.append(int(log.record_trial(record)))
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert sum(results) == len(records)
+    with TuningLog(url) as log:
+        assert len(log.trials()) == len(records)
+
+
+# -- records -----------------------------------------------------------------------------------
+def test_record_validation_and_canonical_form():
+    config = Config((("tile", 8), ("split", (2, 4))))
+    record = TrialRecord("matmul(N=64,M=64,K=64)", "dev", "cpu", config, MeasureStatus.OK, [1, 2], 1.5)
+    assert record.workload_key == WL
+    assert record.config == {"tile": 8, "split": [2, 4]}
+    assert record.config_text == config.json_text() and record.config_digest == config.digest
+    assert record.costs == (1.0, 2.0) and record.status == "ok"
+    assert hash(record) == hash(TrialRecord(WL, "dev", "cpu", {"split": [2, 4], "tile": 8}, "ok", (1.0, 2.0), 1.5,
+                                            created_at=record.created_at))
+    with pytest.raises(RecordError):
+        TrialRecord(WL, "dev", "cpu", {}, "ok", (), None)
+    with pytest.raises(RecordError):
+        TrialRecord(WL, "dev", "cpu", {}, "compile_error", (), 1.0)
+    with pytest.raises(RecordError):
+        TrialRecord(WL, "dev", "cpu", {}, "ok", (1.0,), 1.0, created_at=datetime(2024, 1, 1))
+    with pytest.raises(RecordError):
+        TrialRecord(WL, "dev", "cpu", {}, "ok", (float("nan"),), 1.0)
+    with pytest.raises(RecordError):
+        TrialRecord(WL, " dev", "cpu", {}, "ok", (1.0,), 1.0)
+    with pytest.raises(RecordError):
+        TrialRecord("nope", "dev", "cpu", {}, "ok", (1.0,), 1.0)
+    for bad_text in ("nul\x00inside", "lone \ud800 surrogate"):
+        with pytest.raises(RecordError):
+            TrialRecord(WL, "dev", "cpu", {}, "compile_error", message=bad_text)
+    assert TrialRecord(WL, "dev", "cpu", {"k": "nul\x00ok in config"}, "compile_error").config_text.endswith('\\u0000ok in config"}')
+
+    result = MeasureResult(MeasureStatus.OK, costs=(0.5, 1.5), compile_time_s=2.0)
+    from_result = TrialRecord.from_result(WL, "dev", "cpu", config, result, agent="a", template_version="v1")
+    assert from_result.mean_s == 1.0 and from_result.compile_time_s == 2.0 and from_result.agent == "a"
+    failed = TrialRecord.from_result(WL, "dev", "cpu", config, MeasureResult(MeasureStatus.WRONG_ANSWER, message="x"))
+    assert failed.mean_s is None and failed.status == "wrong_answer"
+
+
+finite_seconds = st.floats(min_value=0, max_value=1e6, allow_nan=False, allow_infinity=False)
+json_scalars = st.one_of(st.integers(-10**6, 10**6), st.booleans(), st.text(max_size=8), finite_seconds)
+
+
+@hsettings(max_examples=150, deadline=None)
+@given(
+    config=st.dictionaries(st.text(min_size=1, max_size=6), st.one_of(json_scalars, st.lists(json_scalars, max_size=3)),
+                           max_size=4),
+    status=st.sampled_from([s.value for s in MeasureStatus]),
+    costs=st.lists(finite_seconds, max_size=4),
+    compile_time=finite_seconds,
+    message=st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=30),
+    micros=st.integers(0, 10**15),
+)
+def test_json_line_round_trip(config, status, costs, compile_time, message, micros):
+    record = TrialRecord(WL, "dev", "cpu", config, status, costs, max(costs, default=0.0) if status == "ok" else None,
+                         compile_time, message, "agent", "v1",
+                         datetime(2000, 1, 1, tzinfo=timezone.utc) + timedelta(microseconds=micros))
+    line = json.dumps(record.to_json({"cores": 1}), sort_keys=True)
+    assert TrialRecord.from_json(json.loads(line)) == record
+
+
+# -- settings ----------------------------------------------------------------------------------
+def test_resolve_db_url_precedence(monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    monkeypatch.delenv(settings.DB_ENV_VAR, raising=False)
+    default = settings.resolve_db_url(None)
+    assert default == f"sqlite:///{tmp_path / 'xdg' / 'tunefleet' / 'tuning.db'}"
+    assert (tmp_path / "xdg" / "tunefleet").is_dir()
+
+    monkeypatch.setenv(settings.DB_ENV_VAR, "postgresql+psycopg://u@db/tuning")
+    assert settings.resolve_db_url(None) == "postgresql+psycopg://u@db/tuning"
+    assert settings.resolve_db_url("") == "postgresql+psycopg://u@db/tuning"
+    assert settings.resolve_db_url("sqlite:///" + str(tmp_path / "cli" / "x.db")) == f"sqlite:///{tmp_path}/cli/x.db"
+    assert (tmp_path / "cli").is_dir()
+
+    monkeypatch.setenv(settings.DB_ENV_VAR, str(tmp_path / "env" / "log.db"))
+    assert settings.resolve_db_url(None) == f"sqlite:///{tmp_path}/env/log.db"
+    assert (tmp_path / "env").is_dir()
+
+    monkeypatch.chdir(tmp_path)
+    assert settings.resolve_db_url("rel/t.db") == f"sqlite:///{tmp_path}/rel/t.db"
+    assert (tmp_path / "rel").is_dir()
+
+    monkeypatch.delenv(settings.DB_ENV_VAR)
+    monkeypatch.setenv("XDG_DATA_HOME", "relative/ignored")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert settings.resolve_db_url(None) == f"sqlite:///{tmp_path}/home/.local/share/tunefleet/tuning.db"
+
+
+def test_resolve_db_url_works_with_the_log(monkeypatch, tmp_path):
+    monkeypatch.setenv(settings.DB_ENV_VAR, str(tmp_path / "deep" / "er" / "tuning.db"))
+    with TuningLog(settings.resolve_db_url(None)) as log:
+        assert log.record_trial(trial({"t": 1}))
+    assert Path(tmp_path / "deep" / "er" / "tuning.db").is_file()
+
+
+def test_resolve_db_url_reports_uncreatable_directory(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(settings.SettingsError, match="cannot create directory"):
+        settings.resolve_db_url(str(blocker / "sub" / "tuning.db"))

@@ -1,0 +1,1 @@
+"""tunefleet's tuner: the coordinator that owns the tuning log and drives measurement agents."""

@@ -1,0 +1,201 @@
+"""The tuning loop: ask the strategy, measure, record in the log, tell the strategy.
+
+The log is the source of truth. A job first loads what the log already holds for its workload,
+device and target, so re-running the same command resumes: ``trials`` is the number of distinct
+configs the log should hold for that triple when the job ends, and configs already measured are
+never measured again.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Callable
+
+from measure_agent.engine import MeasureInput, MeasureResult
+from measure_agent.space import Config
+from measure_agent.templates import TemplateCatalog
+from measure_agent.workload import Workload
+from tuner.log import TrialRecord, TuningLog
+from tuner.measure import Measurer
+from tuner.search import Observation, make_strategy
+
+
+@dataclass(frozen=True)
+class TuneOptions:
+    trials: int = 64
+    strategy: str = "xgb"
+    seed: int = 0
+    early_stopping: int | None = None  # stop after this many trials without improvement
+    batch_size: int | None = None  # default: the measurer's parallelism, at least 4
+    target: str = "cpu"
+
+    def __post_init__(self) -> None:
+        if self.trials < 1:
+            raise ValueError("trials must be >= 1")
+        if self.early_stopping is not None and self.early_stopping < 1:
+            raise ValueError("early stopping must be >= 1")
+
+
+@dataclass(frozen=True)
+class Progress:
+    """State of a running job, passed to the progress callback after every batch."""
+
+    done: int  # distinct configs in the log for this workload/device/target
+    total: int
+    measured_now: int  # measured by this job
+    errors: int  # failed measurements of this job
+    best_gflops: float | None
+
+
+@dataclass(frozen=True)
+class TuneSummary:
+    job_id: int
+    workload: Workload
+    device_key: str
+    best: TrialRecord | None
+    default: TrialRecord | None
+    measured_now: int
+    errors: int
+    total_in_log: int
+    stopped_early: bool = False
+    status_counts: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def speedup_over_default(self) -> float | None:
+        if self.best and self.default and self.best.mean_s and self.default.mean_s:
+            return self.default.mean_s / self.best.mean_s
+        return None
+
+
+def gflops(workload: Workload, seconds: float | None) -> float | None:
+    return workload.flops / seconds / 1e9 if seconds else None
+
+
+class TuningJob:
+    """Tunes one workload on one measurer, recording every result in ``log``."""
+
+    def __init__(
+        self,
+        workload: Workload,
+        measurer: Measurer,
+        log: TuningLog,
+        catalog: TemplateCatalog,
+        options: TuneOptions = TuneOptions(),
+        on_progress: Callable[[Progress], None] | None = None,
+    ) -> None:
+        self.workload = workload
+        self.measurer = measurer
+        self.log = log
+        self.options = options
+        self.template = catalog.get(workload.op, options.target)
+        self.space = self.template.space(workload)
+        self.default_config = self.template.default_config(workload, self.space)
+        self.on_progress = on_progress or (lambda progress: None)
+
+    def run(self) -> TuneSummary:
+        opts = self.options
+        key = (self.workload.key, self.measurer.device_key, opts.target)
+        self.log.upsert_device(self.measurer.device_key, self.measurer.device_info)
+        history = self.log.trials(workload_key=key[0], device_key=key[1], target=key[2])
+        strategy = make_strategy(opts.strategy, self.space, seed=opts.seed)
+        strategy.observe([self._observation(r) for r in history if self._in_space(r.config)])
+        measured = {self._digest(r.config) for r in history}
+        job_id = self.log.create_job(
+            key[0], key[1], opts.target, opts.strategy, opts.trials,
+            {"seed": opts.seed, "early_stopping": opts.early_stopping, "template_version": self.measurer.template_version},
+        )
+        batch_size = opts.batch_size or max(4, self.measurer.parallelism)
+        best = min((r.mean_s for r in history if r.mean_s), default=math.inf)
+        measured_now = errors = since_improvement = 0
+        stopped_early = False
+        status_counts: dict[str, int] = {}
+        pending_default = self.default_config.digest not in measured
+        final_status = "failed"
+        try:
+            while len(measured) < opts.trials:
+                want = min(batch_size, opts.trials - len(measured))
+                batch: list[Config] = []
+                if pending_default:
+                    batch.append(self.default_config)
+                    strategy.claim(self.default_config)
+                    pending_default = False
+                batch += [c for c in strategy.propose(want - len(batch)) if c.digest not in measured]
+                if not batch:
+                    break  # the space is exhausted
+                results = self.measurer.measure([MeasureInput(self.workload, c, opts.target) for c in batch])
+                records = [self._record(job_id, c, r) for c, r in zip(batch, results)]
+                self.log.record_trials(records)
+                strategy.observe([self._observation(r) for r in records])
+                for config, result in zip(batch, results):
+                    measured.add(config.digest)
+                    measured_now += 1
+                    status_counts[result.status.value] = status_counts.get(result.status.value, 0) + 1
+                    if not result.status.is_ok:
+                        errors += 1
+                    if result.mean_s is not None and result.mean_s < best:
+                        best = result.mean_s
+                        since_improvement = 0
+                    else:
+                        since_improvement += 1
+                self.on_progress(
+                    Progress(len(measured), opts.trials, measured_now, errors, gflops(self.workload, best if best < math.inf else None))
+                )
+                if opts.early_stopping and since_improvement >= opts.early_stopping:
+                    stopped_early = True
+                    break
+            final_status = "done"
+        finally:
+            self.log.finish_job(job_id, final_status)
+        top = self.log.best(key[0], key[1], opts.target, top=1)
+        default_records = [
+            r for r in self.log.trials(workload_key=key[0], device_key=key[1], target=key[2])
+            if self._digest(r.config) == self.default_config.digest
+        ]
+        return TuneSummary(
+            job_id=job_id,
+            workload=self.workload,
+            device_key=key[1],
+            best=top[0] if top else None,
+            default=default_records[0] if default_records else None,
+            measured_now=measured_now,
+            errors=errors,
+            total_in_log=len(measured),
+            stopped_early=stopped_early,
+            status_counts=status_counts,
+        )
+
+    # -- helpers ----------------------------------------------------------------------------
+    def _in_space(self, config_json: dict) -> bool:
+        try:
+            self.space.from_json(config_json)
+        except ValueError:
+            return False
+        return True
+
+    def _digest(self, config_json: dict) -> str:
+        try:
+            return self.space.from_json(config_json).digest
+        except ValueError:
+            return ""
+
+    def _observation(self, record: TrialRecord) -> Observation:
+        return Observation(self.space.from_json(record.config), record.mean_s)
+
+    def _record(self, job_id: int, config: Config, result: MeasureResult) -> TrialRecord:
+        return TrialRecord(
+            workload_key=self.workload.key,
+            device_key=self.measurer.device_key,
+            target=self.options.target,
+            config=config.to_json(),
+            status=result.status.value,
+            costs=tuple(result.costs),
+            mean_s=result.mean_s,
+            compile_time_s=result.compile_time_s,
+            message=result.message,
+            agent=self.measurer.agent_name,
+            template_version=self.measurer.template_version,
+            created_at=datetime.now(timezone.utc),
+            job_id=job_id,
+        )

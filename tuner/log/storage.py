@@ -1,0 +1,555 @@
+"""The tuning log: the source of truth for measured results, in SQLite or PostgreSQL.
+
+Contract of :class:`TuningLog`:
+
+* A config is measured at most once per workload, device and target. Recording it again is a
+  no-op that reports ``False``; this holds with many writers at once (processes or threads, each
+  with its own ``TuningLog``), because the database's unique constraint decides, not a prior read.
+* Workload keys are canonicalised (``parse_workload(key).key``) on the way in, for writes and for
+  queries alike, so two spellings of one problem are one workload. An unparseable key raises
+  :class:`~measure_agent.workload.WorkloadError` (a ``ValueError``).
+* Every write method is one transaction: it happens entirely or not at all.
+* Whatever goes wrong in the database (bad URL, server unreachable, corrupt or foreign file) raises
+  :class:`TuningLogError` with a one-line message; SQLAlchemy and driver exceptions do not escape.
+* Timestamps are aware UTC datetimes with microseconds, in and out.
+
+SQLite files run in WAL mode with a 30 s busy timeout and foreign keys enforced; write transactions
+start with ``BEGIN IMMEDIATE`` so that concurrent writers queue on the busy timeout instead of
+failing when a read lock cannot be upgraded.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+from contextlib import contextmanager
+from typing import Any, Iterable, Iterator, Mapping
+
+from sqlalchemy import Connection, Engine, create_engine, event, inspect, select, text, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+
+from measure_agent.workload import parse_workload
+from tuner.log import schema
+from tuner.log.records import (
+    TRIAL_STATUSES,
+    JobRecord,
+    TrialRecord,
+    canonical_json,
+    canonical_workload_key,
+    utcnow,
+)
+
+SQLITE_BUSY_TIMEOUT_S = 30
+_IMMEDIATE = "tunefleet_begin_immediate"
+# Serialises table creation between processes opening a fresh PostgreSQL database at once.
+_PG_CREATE_LOCK = 0x74756E65666C6565
+
+
+class TuningLogError(Exception):
+    """The tuning log cannot do what was asked. The message is one line, fit for a user."""
+
+
+class NotFoundError(TuningLogError, LookupError):
+    """A job or device that the log does not hold."""
+
+
+class TuningLog:
+    """A tuning log in the database at ``url`` (any SQLAlchemy URL; SQLite and PostgreSQL tested).
+
+    Opening creates missing tables and checks that existing ones have the expected columns.
+    Usable as a context manager, which closes the log on exit; a closed log refuses all calls.
+    """
+
+    def __init__(self, url: str) -> None:
+        self._display_url = _redact(url)
+        self._closed = False
+        try:
+            parsed = make_url(url)
+            kwargs: dict[str, Any] = {"pool_pre_ping": True}
+            if parsed.get_backend_name() == "sqlite":
+                kwargs["connect_args"] = {"timeout": SQLITE_BUSY_TIMEOUT_S}
+            elif parsed.get_backend_name() == "postgresql" and "connect_timeout" not in parsed.query:
+                kwargs["connect_args"] = {"connect_timeout": 10}
+            engine = create_engine(parsed, **kwargs)
+        except (SQLAlchemyError, ImportError, ValueError, TypeError) as exc:
+            raise TuningLogError(f"invalid database URL {self._display_url}: {_one_line(exc)}") from None
+        if engine.dialect.is_async:
+            raise TuningLogError(f"invalid database URL {self._display_url}: async drivers are not supported")
+        self._engine: Engine = engine
+        self._dialect = engine.dialect.name
+        if self._dialect == "sqlite":
+            _configure_sqlite(engine)
+        try:
+            self._create_schema()
+        except BaseException:
+            engine.dispose()
+            raise
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def close(self) -> None:
+        """Release all connections. Idempotent."""
+        if not self._closed:
+            self._closed = True
+            self._engine.dispose()
+
+    def __enter__(self) -> "TuningLog":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"TuningLog({self._display_url!r})"
+
+    @property
+    def url(self) -> str:
+        """The database URL with any password masked."""
+        return self._display_url
+
+    # -- devices and jobs -----------------------------------------------------------------
+    def upsert_device(self, key: str, info: Mapping[str, Any]) -> None:
+        """Create device ``key`` or replace its info; either way ``last_seen`` becomes now."""
+        _require_key("device key", key)
+        info_text = _json_object("device info", info)
+        now = utcnow()
+        with self._write("record a device") as conn:
+            table = schema.devices
+            values = {"key": key, "info": info_text, "first_seen": now, "last_seen": now}
+            stmt = self._dialect_insert(table)
+            if stmt is not None:
+                conn.execute(
+                    stmt.values(**values).on_conflict_do_update(
+                        index_elements=[table.c.key], set_={"info": info_text, "last_seen": now}
+                    )
+                )
+            elif not _insert_ignore_savepoint(conn, table, values):
+                conn.execute(update(table).where(table.c.key == key).values(info=info_text, last_seen=now))
+
+    def device_info(self, device_key: str) -> dict[str, Any]:
+        """The info recorded for a device (``{}`` if it only ever appeared in trials)."""
+        with self._read("read a device") as conn:
+            info = conn.execute(select(schema.devices.c.info).where(schema.devices.c.key == device_key)).scalar()
+        if info is None:
+            raise NotFoundError(f"no device {device_key!r} in the tuning log")
+        return json.loads(info)
+
+    def create_job(
+        self,
+        workload_key: str,
+        device_key: str,
+        target: str,
+        strategy: str,
+        trials: int,
+        options: Mapping[str, Any] | None = None,
+    ) -> int:
+        """Record a new ``running`` job and return its id. ``trials`` is the budget (>= 1)."""
+        workload_key = canonical_workload_key(workload_key)
+        _require_key("device key", device_key)
+        _require_key("target", target)
+        _require_key("strategy", strategy)
+        if type(trials) is not int or trials < 1:
+            raise ValueError(f"trial budget must be a positive integer, not {trials!r}")
+        options_text = _json_object("job options", options or {})
+        with self._write("create a job") as conn:
+            ids = _IdCache(self, conn)
+            result = conn.execute(
+                schema.jobs.insert().values(
+                    workload_id=ids.workload(workload_key),
+                    device_id=ids.device(device_key),
+                    target=target,
+                    strategy=strategy,
+                    trials=trials,
+                    options=options_text,
+                    status="running",
+                    created_at=utcnow(),
+                )
+            )
+            return int(result.inserted_primary_key[0])
+
+    def finish_job(self, job_id: int, status: str) -> bool:
+        """Move a running job to ``done``, ``failed`` or ``cancelled`` and stamp ``finished_at``.
+
+        Returns ``False``, changing nothing, when the job had already finished: the first final
+        status wins, so a cancel racing a completion is not an error. Raises
+        :class:`NotFoundError` for an unknown job and ``ValueError`` for another status.
+        """
+        if status not in schema.FINAL_JOB_STATUSES:
+            raise ValueError(f"final job status must be one of {', '.join(schema.FINAL_JOB_STATUSES)}, not {status!r}")
+        jobs = schema.jobs
+        with self._write("finish a job") as conn:
+            result = conn.execute(
+                update(jobs)
+                .where(jobs.c.id == job_id, jobs.c.status == "running")
+                .values(status=status, finished_at=utcnow())
+            )
+            if result.rowcount:
+                return True
+            if conn.execute(select(jobs.c.id).where(jobs.c.id == job_id)).first() is None:
+                raise NotFoundError(f"no job {job_id} in the tuning log")
+            return False
+
+    def get_job(self, job_id: int) -> JobRecord:
+        """The job with this id; raises :class:`NotFoundError` if there is none."""
+        j, w, d = schema.jobs, schema.workloads, schema.devices
+        stmt = (
+            select(j, w.c.key.label("workload_key"), d.c.key.label("device_key"))
+            .join(w, j.c.workload_id == w.c.id)
+            .join(d, j.c.device_id == d.c.id)
+            .where(j.c.id == job_id)
+        )
+        with self._read("read a job") as conn:
+            row = conn.execute(stmt).mappings().first()
+        if row is None:
+            raise NotFoundError(f"no job {job_id} in the tuning log")
+        return JobRecord(
+            id=row["id"],
+            workload_key=row["workload_key"],
+            device_key=row["device_key"],
+            target=row["target"],
+            strategy=row["strategy"],
+            trials=row["trials"],
+            options=json.loads(row["options"]),
+            status=row["status"],
+            created_at=row["created_at"],
+            finished_at=row["finished_at"],
+        )
+
+    # -- trials --------------------------------------------------------------------------
+    def record_trial(self, record: TrialRecord) -> bool:
+        """Store one trial; ``True`` if inserted, ``False`` if its config was already measured.
+
+        Creates the workload and device rows as needed. A ``job_id`` must name a job of the same
+        workload, device and target, else :class:`TuningLogError`.
+        """
+        return self.record_trials([record]) == 1
+
+    def record_trials(
+        self,
+        records: Iterable[TrialRecord],
+        *,
+        device_info: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> int:
+        """Store trials in one transaction and return how many were new (duplicates are skipped).
+
+        ``device_info`` maps device keys to info for devices the log does not know yet, or knows
+        without info; the info of a known device is kept (the log is the source of truth).
+        """
+        records = list(records)
+        for record in records:
+            if not isinstance(record, TrialRecord):
+                raise TypeError(f"expected TrialRecord, got {type(record).__name__}")
+        infos = {key: _json_object("device info", info) for key, info in (device_info or {}).items()}
+        for key in infos:
+            _require_key("device key", key)
+        with self._write("record trials") as conn:
+            ids = _IdCache(self, conn)
+            for key, info_text in infos.items():
+                ids.device(key, info_text)
+            return sum(self._insert_trial(conn, ids, record) for record in records)
+
+    def measured_digests(self, workload_key: str, device_key: str, target: str) -> set[str]:
+        """Digests of every config recorded for this workload, device and target, whatever its status."""
+        t, w, d = schema.trials, schema.workloads, schema.devices
+        stmt = (
+            select(t.c.config_digest)
+            .join(w, t.c.workload_id == w.c.id)
+            .join(d, t.c.device_id == d.c.id)
+            .where(w.c.key == canonical_workload_key(workload_key), d.c.key == device_key, t.c.target == target)
+        )
+        with self._read("read trials") as conn:
+            return set(conn.execute(stmt).scalars())
+
+    def trials(
+        self,
+        workload_key: str | None = None,
+        device_key: str | None = None,
+        target: str | None = None,
+        status: str | None = None,
+        *,
+        job_id: int | None = None,
+    ) -> list[TrialRecord]:
+        """Trials matching every given filter, ordered by ``created_at`` then insertion order."""
+        if status is not None and status not in TRIAL_STATUSES:
+            raise ValueError(f"status {status!r} is not one of {', '.join(TRIAL_STATUSES)}")
+        t = schema.trials
+        stmt = self._trial_select(workload_key, device_key, target)
+        if status is not None:
+            stmt = stmt.where(t.c.status == status)
+        if job_id is not None:
+            stmt = stmt.where(t.c.job_id == job_id)
+        return self._fetch_trials(stmt.order_by(t.c.created_at, t.c.id))
+
+    def best(self, workload_key: str, device_key: str, target: str = "cpu", top: int = 1) -> list[TrialRecord]:
+        """Up to ``top`` ok trials, fastest (lowest ``mean_s``) first; ties go to the earlier trial."""
+        if type(top) is not int or top < 1:
+            raise ValueError(f"top must be a positive integer, not {top!r}")
+        t = schema.trials
+        stmt = (
+            self._trial_select(workload_key, device_key, target)
+            .where(t.c.status == "ok", t.c.mean_s.is_not(None))
+            .order_by(t.c.mean_s, t.c.created_at, t.c.id)
+            .limit(top)
+        )
+        return self._fetch_trials(stmt)
+
+    def workload_keys(self) -> list[str]:
+        """Keys of all workloads in the log, sorted."""
+        with self._read("read workloads") as conn:
+            return sorted(conn.execute(select(schema.workloads.c.key)).scalars())
+
+    def device_keys(self) -> list[str]:
+        """Keys of all devices in the log, sorted."""
+        with self._read("read devices") as conn:
+            return sorted(conn.execute(select(schema.devices.c.key)).scalars())
+
+    # -- internals -----------------------------------------------------------------------
+    def _create_schema(self) -> None:
+        with self._guard("open the tuning log"), self._engine.connect() as conn:
+            conn.info[_IMMEDIATE] = True
+            with conn.begin():
+                if self._dialect == "postgresql":
+                    conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_CREATE_LOCK})
+                schema.metadata.create_all(conn)
+                inspector = inspect(conn)
+                for table in schema.metadata.sorted_tables:
+                    present = {c["name"] for c in inspector.get_columns(table.name)}
+                    missing = [c.name for c in table.columns if c.name not in present]
+                    if missing:
+                        raise TuningLogError(
+                            f"{self._display_url} is not a tuning log of this version: "
+                            f"table {table.name} lacks column {missing[0]}"
+                        )
+
+    @contextmanager
+    def _guard(self, action: str) -> Iterator[None]:
+        try:
+            yield
+        except TuningLogError:
+            raise
+        except (SQLAlchemyError, sqlite3.Error) as exc:
+            raise TuningLogError(f"cannot {action} at {self._display_url}: {_one_line(exc)}") from None
+
+    @contextmanager
+    def _read(self, action: str) -> Iterator[Connection]:
+        self._check_open()
+        with self._guard(action), self._engine.connect() as conn:
+            yield conn
+
+    @contextmanager
+    def _write(self, action: str) -> Iterator[Connection]:
+        self._check_open()
+        with self._guard(action), self._engine.connect() as conn:
+            conn.info[_IMMEDIATE] = True
+            with conn.begin():
+                yield conn
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise TuningLogError(f"the tuning log {self._display_url} is closed")
+
+    def _dialect_insert(self, table):
+        """An insert with ``ON CONFLICT`` support, or ``None`` for dialects without it."""
+        if self._dialect == "sqlite":
+            return sqlite_insert(table)
+        if self._dialect == "postgresql":
+            return pg_insert(table)
+        return None
+
+    def _insert_ignore(self, conn: Connection, table, values: dict[str, Any], conflict: list) -> bool:
+        """Insert unless a row with the same ``conflict`` columns exists; ``True`` if inserted."""
+        stmt = self._dialect_insert(table)
+        if stmt is None:
+            return _insert_ignore_savepoint(conn, table, values)
+        stmt = stmt.values(**values).on_conflict_do_nothing(index_elements=conflict)
+        if self._engine.dialect.insert_returning:
+            # With RETURNING, drivers report no rowcount (psycopg gives -1): count returned rows.
+            return conn.execute(stmt.returning(table.c.id)).first() is not None
+        return conn.execute(stmt).rowcount == 1
+
+    def _insert_trial(self, conn: Connection, ids: "_IdCache", record: TrialRecord) -> bool:
+        workload_id = ids.workload(record.workload_key)
+        device_id = ids.device(record.device_key)
+        if record.job_id is not None:
+            job = ids.job(record.job_id)
+            if job != (workload_id, device_id, record.target):
+                raise TuningLogError(
+                    f"trial of {record.workload_key} on {record.device_key}/{record.target} "
+                    f"does not belong to job {record.job_id}"
+                )
+        t = schema.trials
+        values = {
+            "job_id": record.job_id,
+            "workload_id": workload_id,
+            "device_id": device_id,
+            "target": record.target,
+            "config_json": record.config_text,
+            "config_digest": record.config_digest,
+            "status": record.status,
+            "costs": json.dumps(list(record.costs)),
+            "mean_s": record.mean_s,
+            "compile_time_s": record.compile_time_s,
+            "message": record.message,
+            "agent": record.agent,
+            "template_version": record.template_version,
+            "created_at": record.created_at,
+        }
+        conflict = [t.c.workload_id, t.c.device_id, t.c.target, t.c.config_digest]
+        return self._insert_ignore(conn, t, values, conflict)
+
+    def _trial_select(self, workload_key: str | None, device_key: str | None, target: str | None):
+        t, w, d = schema.trials, schema.workloads, schema.devices
+        stmt = (
+            select(t, w.c.key.label("workload_key"), d.c.key.label("device_key"))
+            .join(w, t.c.workload_id == w.c.id)
+            .join(d, t.c.device_id == d.c.id)
+        )
+        if workload_key is not None:
+            stmt = stmt.where(w.c.key == canonical_workload_key(workload_key))
+        if device_key is not None:
+            stmt = stmt.where(d.c.key == device_key)
+        if target is not None:
+            stmt = stmt.where(t.c.target == target)
+        return stmt
+
+    def _fetch_trials(self, stmt) -> list[TrialRecord]:
+        with self._read("read trials") as conn:
+            rows = conn.execute(stmt).mappings().all()
+        return [
+            TrialRecord(
+                workload_key=row["workload_key"],
+                device_key=row["device_key"],
+                target=row["target"],
+                config=json.loads(row["config_json"]),
+                status=row["status"],
+                costs=tuple(json.loads(row["costs"])),
+                mean_s=row["mean_s"],
+                compile_time_s=row["compile_time_s"],
+                message=row["message"],
+                agent=row["agent"],
+                template_version=row["template_version"],
+                created_at=row["created_at"],
+                job_id=row["job_id"],
+            )
+            for row in rows
+        ]
+
+
+class _IdCache:
+    """Row ids of workloads, devices and jobs within one write transaction, created as needed."""
+
+    def __init__(self, log: TuningLog, conn: Connection) -> None:
+        self._log = log
+        self._conn = conn
+        self._workloads: dict[str, int] = {}
+        self._devices: dict[str, int] = {}
+        self._jobs: dict[int, tuple[int, int, str]] = {}
+
+    def workload(self, key: str) -> int:
+        if key not in self._workloads:
+            table = schema.workloads
+            workload = parse_workload(key)
+            self._workloads[key] = self._get_or_create(
+                table,
+                key,
+                {
+                    "key": workload.key,
+                    "op": workload.op,
+                    "params": json.dumps(workload.params, separators=(",", ":")),
+                    "dtype": workload.dtype,
+                },
+            )
+        return self._workloads[key]
+
+    def device(self, key: str, info_text: str | None = None) -> int:
+        """Id of device ``key``; ``info_text`` fills in the info of a new or info-less device."""
+        if key not in self._devices or info_text is not None:
+            table = schema.devices
+            now = utcnow()
+            values = {"key": key, "info": info_text or "{}", "first_seen": now, "last_seen": now}
+            self._devices[key] = self._get_or_create(table, key, values)
+            if info_text is not None and info_text != "{}":
+                self._conn.execute(
+                    update(table).where(table.c.key == key, table.c.info == "{}").values(info=info_text)
+                )
+        return self._devices[key]
+
+    def job(self, job_id: int) -> tuple[int, int, str]:
+        if job_id not in self._jobs:
+            j = schema.jobs
+            row = self._conn.execute(
+                select(j.c.workload_id, j.c.device_id, j.c.target).where(j.c.id == job_id)
+            ).first()
+            if row is None:
+                raise NotFoundError(f"no job {job_id} in the tuning log")
+            self._jobs[job_id] = (row[0], row[1], row[2])
+        return self._jobs[job_id]
+
+    def _get_or_create(self, table, key: str, values: dict[str, Any]) -> int:
+        select_id = select(table.c.id).where(table.c.key == key)
+        found = self._conn.execute(select_id).scalar()
+        if found is None:
+            # Another writer may create the same row meanwhile: insert-or-ignore, then read back.
+            self._log._insert_ignore(self._conn, table, values, [table.c.key])
+            found = self._conn.execute(select_id).scalar_one()
+        return int(found)
+
+
+def _configure_sqlite(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection, connection_record) -> None:
+        # Take transaction control from the sqlite3 module so that BEGIN is ours to issue.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        try:
+            cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_S * 1000}")
+            cursor.execute("PRAGMA foreign_keys = ON")
+            cursor.execute("PRAGMA journal_mode = WAL")
+        finally:
+            cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.info.pop(_IMMEDIATE, False) else "BEGIN")
+
+
+def _insert_ignore_savepoint(conn: Connection, table, values: dict[str, Any]) -> bool:
+    try:
+        with conn.begin_nested():
+            conn.execute(table.insert().values(**values))
+    except IntegrityError:
+        return False
+    return True
+
+
+def _require_key(name: str, value: Any) -> None:
+    if not isinstance(value, str) or not value.strip() or value != value.strip():
+        raise ValueError(f"{name} must be a non-empty string without surrounding spaces, not {value!r}")
+
+
+def _json_object(name: str, value: Any) -> str:
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{name} must be a JSON object (a mapping), not {type(value).__name__}")
+    try:
+        return canonical_json(dict(value))
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name} is not JSON-serialisable: {exc}") from None
+
+
+def _one_line(exc: BaseException) -> str:
+    """The first line of the driver's message, without SQLAlchemy's statement and links."""
+    source = getattr(exc, "orig", None) or exc
+    for line in str(source).splitlines():
+        if line.strip():
+            return line.strip()
+    return type(source).__name__
+
+
+def _redact(url: Any) -> str:
+    return re.sub(r"(//[^:/@]*:)[^@/]*@", r"\1***@", str(url))
+
+
+__all__ = ["NotFoundError", "SQLITE_BUSY_TIMEOUT_S", "TuningLog", "TuningLogError"]

@@ -1,0 +1,6 @@
+"""Measurers: how the tuner gets candidates measured."""
+
+from tuner.measure.base import Measurer
+from tuner.measure.local import LocalMeasurer
+
+__all__ = ["LocalMeasurer", "Measurer"]

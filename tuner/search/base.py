@@ -1,0 +1,67 @@
+"""The search-strategy contract (ask/tell), apart from storing and from the tuning loop."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from measure_agent.space import Config, ConfigSpace
+
+
+@dataclass(frozen=True)
+class Observation:
+    """A measured config: ``cost`` in seconds, or None when it failed (any error status)."""
+
+    config: Config
+    cost: float | None
+
+
+class SearchStrategy(ABC):
+    """Proposes which configs of a space to measure next.
+
+    Contract:
+    - ``propose(n)`` returns at most ``n`` distinct valid configs, none of them proposed before or
+      passed to ``observe``; fewer (possibly none) only when the strategy has nothing left to try;
+    - ``observe`` may be called with results in any order, including results of configs this
+      strategy never proposed (history loaded from the tuning log when a job resumes);
+    - strategies are deterministic for a given ``seed`` and sequence of calls.
+    """
+
+    def __init__(self, space: ConfigSpace, seed: int = 0) -> None:
+        self.space = space
+        self.rng = np.random.default_rng(seed)
+        self._seen: set[str] = set()
+
+    @abstractmethod
+    def propose(self, n: int) -> list[Config]:
+        """Up to ``n`` new configs to measure."""
+
+    def observe(self, observations: Sequence[Observation]) -> None:
+        """Learn from measured configs. Subclasses extend this; they must call super()."""
+        for obs in observations:
+            self._seen.add(obs.config.digest)
+
+    # -- shared by strategies ---------------------------------------------------------------
+    def is_new(self, config: Config) -> bool:
+        return config.digest not in self._seen
+
+    def claim(self, config: Config) -> bool:
+        """Mark ``config`` as proposed; False if it was seen already."""
+        if config.digest in self._seen:
+            return False
+        self._seen.add(config.digest)
+        return True
+
+    def random_new(self, n: int, attempts_per_config: int = 50) -> list[Config]:
+        """Up to ``n`` uniformly drawn configs not seen before."""
+        out: list[Config] = []
+        for _ in range(n * attempts_per_config):
+            if len(out) >= n:
+                break
+            config = self.space.sample(self.rng)[0]
+            if self.claim(config):
+                out.append(config)
+        return out
