@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import Callable
 
 from measure_agent.engine import MeasureInput, MeasureResult
@@ -101,7 +100,7 @@ class TuningJob:
         history = self.log.trials(workload_key=key[0], device_key=key[1], target=key[2])
         strategy = make_strategy(opts.strategy, self.space, seed=opts.seed)
         strategy.observe([self._observation(r) for r in history if self._in_space(r.config)])
-        measured = {self._digest(r.config) for r in history}
+        measured = {d for d in (self._digest(r.config) for r in history) if d}
         job_id = self.log.create_job(
             key[0], key[1], opts.target, opts.strategy, opts.trials,
             {"seed": opts.seed, "early_stopping": opts.early_stopping, "template_version": self.measurer.template_version},
@@ -184,18 +183,7 @@ class TuningJob:
         return Observation(self.space.from_json(record.config), record.mean_s)
 
     def _record(self, job_id: int, config: Config, result: MeasureResult) -> TrialRecord:
-        return TrialRecord(
-            workload_key=self.workload.key,
-            device_key=self.measurer.device_key,
-            target=self.options.target,
-            config=config.to_json(),
-            status=result.status.value,
-            costs=tuple(result.costs),
-            mean_s=result.mean_s,
-            compile_time_s=result.compile_time_s,
-            message=result.message,
-            agent=self.measurer.agent_name,
-            template_version=self.measurer.template_version,
-            created_at=datetime.now(timezone.utc),
-            job_id=job_id,
+        return TrialRecord.from_result(
+            self.workload.key, self.measurer.device_key, self.options.target, config.to_json(), result,
+            agent=self.measurer.agent_name, template_version=self.measurer.template_version, job_id=job_id,
         )

@@ -1,0 +1,19 @@
+import os
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def kernel_cache_dir(tmp_path_factory):
+    """One numba kernel cache for the whole run: a variant compiled once is loaded afterwards."""
+    return tmp_path_factory.mktemp("kernel-cache")
+
+
+@pytest.fixture()
+def cli_env(kernel_cache_dir, tmp_path):
+    """Environment for running the ``tuner`` CLI as a user would, isolated from the real home."""
+    env = dict(os.environ)
+    env["XDG_CACHE_HOME"] = str(kernel_cache_dir)
+    env["XDG_DATA_HOME"] = str(tmp_path / "data")
+    env.pop("TUNEFLEET_DB", None)
+    return env

@@ -1,0 +1,86 @@
+"""Pieces every ``tuner`` command shares: errors, argument types, the log, the workload."""
+
+from __future__ import annotations
+
+import argparse
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Iterator
+
+from measure_agent.workload import Workload, WorkloadError, parse_workload
+
+if TYPE_CHECKING:
+    from tuner.log import TuningLog
+
+EXIT_USAGE = 2
+EXIT_FAILURE = 1
+
+WORKLOAD_HELP = "workload as OP(NAME=SIZE,...[,dtype=float32|float64]), e.g. 'matmul(M=512,N=512,K=512)'"
+
+
+class CliError(Exception):
+    """A user-facing error: printed as one line, exit code ``code``."""
+
+    def __init__(self, message: str, code: int = EXIT_USAGE) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def workload_arg(text: str) -> Workload:
+    try:
+        return parse_workload(text)
+    except WorkloadError as exc:
+        raise CliError(str(exc)) from None
+
+
+@contextmanager
+def open_log(db: str | None) -> Iterator["TuningLog"]:
+    from tuner.log import TuningLog, TuningLogError
+    from tuner.settings import SettingsError, resolve_db_url
+
+    try:
+        log = TuningLog(resolve_db_url(db))
+    except (TuningLogError, SettingsError) as exc:
+        raise CliError(str(exc), EXIT_FAILURE) from None
+    try:
+        yield log
+    finally:
+        log.close()
+
+
+def local_device_key() -> str:
+    from measure_agent.device import detect_device
+
+    return detect_device().default_key
+
+
+def add_db_arguments(parser: argparse.ArgumentParser, device: bool = True) -> None:
+    parser.add_argument("--db", help="database URL or SQLite file (default: $TUNEFLEET_DB or the per-user SQLite log)")
+    if device:
+        parser.add_argument("--device-key", help="device key (default: this host's key)")
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be >= 1")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"{value} must be >= 0")
+    return value
+
+
+def positive_float(text: str) -> float:
+    value = non_negative_float(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("must be > 0")
+    return value
