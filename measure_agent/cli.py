@@ -1,8 +1,9 @@
 """The ``measure-agent`` command line.
 
-``info`` describes this device as the tuner will record it; ``measure`` builds, checks and times one
-config of a workload here, through the same engine that serves the tuner. Joining a fleet
-(``--tracker``) comes with the daemon.
+``measure-agent --tracker HOST:PORT --key KEY`` joins a daemon's fleet under a device key and
+measures what it is given until SIGTERM (it finishes the batch in flight first). ``info`` describes
+this device as the tuner will record it; ``measure`` builds, checks and times one config here,
+through the same engine.
 """
 
 from __future__ import annotations
@@ -56,10 +57,42 @@ def cmd_measure(args: argparse.Namespace) -> int:
     return 0 if result.status.is_ok else 1
 
 
+def run_agent(args: argparse.Namespace) -> int:
+    import logging
+    import signal
+
+    from measure_agent.agent import Agent, AgentRefused
+
+    if not args.key:
+        print("measure-agent: error: --tracker needs --key KEY (the device key to join under)", file=sys.stderr)
+        return 2
+    if args.parallel < 1:
+        print("measure-agent: error: --parallel must be >= 1", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    agent = Agent(args.tracker, args.key, name=args.name, parallel=args.parallel, catalog=args.templates)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: agent.stop())
+    try:
+        agent.run()
+    except AgentRefused as exc:
+        print(f"measure-agent: error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="measure-agent", description="tunefleet measurement agent")
+    parser = argparse.ArgumentParser(
+        prog="measure-agent", description="tunefleet measurement agent",
+        epilog="Join a fleet: measure-agent --tracker HOST:PORT --key KEY [--name NAME] [--parallel N]",
+    )
     parser.add_argument("--version", action="version", version=f"measure-agent {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    parser.add_argument("--tracker", metavar="HOST:PORT", help="the daemon to join")
+    parser.add_argument("--key", help="device key to join under, e.g. jetson-orin or rpi4")
+    parser.add_argument("--name", help="this agent's name (default: the host name)")
+    parser.add_argument("--parallel", type=int, default=1, help="candidates built at once (default 1)")
+    parser.add_argument("--templates", default="default", choices=("default", "testing"), help=argparse.SUPPRESS)
+    sub = parser.add_subparsers(dest="command", required=False, metavar="COMMAND")
     info = sub.add_parser("info", help="describe this device and the installed templates")
     info.set_defaults(func=cmd_info)
     measure = sub.add_parser("measure", help="build, check and time one config here")
@@ -75,7 +108,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        if not args.tracker:
+            parser.print_usage(sys.stderr)
+            print("measure-agent: error: give --tracker HOST:PORT --key KEY, or a command", file=sys.stderr)
+            return 2
+        return run_agent(args)
     try:
         return args.func(args)
     except (WorkloadError, ConfigError, TemplateNotFound, ValueError) as exc:

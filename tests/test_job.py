@@ -74,7 +74,7 @@ class ScriptedMeasurer(Measurer):
     agent_name = "scripted"
     template_version = "testing"
 
-    def measure(self, items):
+    def measure(self, items, on_result=None):
         return [MeasureResult(MeasureStatus.OK, costs=(1.0 + i.config["variant"],)) for i in items]
 
 

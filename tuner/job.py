@@ -17,7 +17,7 @@ from measure_agent.space import Config
 from measure_agent.templates import TemplateCatalog
 from measure_agent.workload import Workload
 from tuner.log import TrialRecord, TuningLog
-from tuner.measure import Measurer
+from tuner.measure import MeasurementAborted, Measurer
 from tuner.search import Observation, make_strategy
 
 
@@ -46,6 +46,7 @@ class Progress:
     measured_now: int  # measured by this job
     errors: int  # failed measurements of this job
     best_gflops: float | None
+    state: str = "running"  # a fleet job is "queued" until an agent takes its first candidate
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,9 @@ class TuningJob:
         catalog: TemplateCatalog,
         options: TuneOptions = TuneOptions(),
         on_progress: Callable[[Progress], None] | None = None,
+        job_id: int | None = None,
     ) -> None:
+        """``job_id``: a job already created in ``log`` (the daemon creates it when submitted)."""
         self.workload = workload
         self.measurer = measurer
         self.log = log
@@ -92,20 +95,21 @@ class TuningJob:
         self.space = self.template.space(workload)
         self.default_config = self.template.default_config(workload, self.space)
         self.on_progress = on_progress or (lambda progress: None)
+        self.job_id = job_id
 
     def run(self) -> TuneSummary:
         opts = self.options
         key = (self.workload.key, self.measurer.device_key, opts.target)
-        self.log.upsert_device(self.measurer.device_key, self.measurer.device_info)
+        if self.measurer.device_info:
+            self.log.upsert_device(self.measurer.device_key, self.measurer.device_info)
         history = self.log.trials(workload_key=key[0], device_key=key[1], target=key[2])
         strategy = make_strategy(opts.strategy, self.space, seed=opts.seed)
         strategy.observe([self._observation(r) for r in history if self._in_space(r.config)])
         measured = {d for d in (self._digest(r.config) for r in history) if d}
-        job_id = self.log.create_job(
+        job_id = self.job_id or self.log.create_job(
             key[0], key[1], opts.target, opts.strategy, opts.trials,
             {"seed": opts.seed, "early_stopping": opts.early_stopping, "template_version": self.measurer.template_version},
         )
-        batch_size = opts.batch_size or max(4, self.measurer.parallelism)
         best = min((r.mean_s for r in history if r.mean_s), default=math.inf)
         measured_now = errors = since_improvement = 0
         stopped_early = False
@@ -114,6 +118,8 @@ class TuningJob:
         final_status = "failed"
         try:
             while len(measured) < opts.trials:
+                # a fleet's parallelism changes as agents come and go
+                batch_size = opts.batch_size or max(4, self.measurer.parallelism)
                 want = min(batch_size, opts.trials - len(measured))
                 batch: list[Config] = []
                 if pending_default:
@@ -123,9 +129,14 @@ class TuningJob:
                 batch += [c for c in strategy.propose(want - len(batch)) if c.digest not in measured]
                 if not batch:
                     break  # the space is exhausted
-                results = self.measurer.measure([MeasureInput(self.workload, c, opts.target) for c in batch])
+
+                def log_early(index: int, result: MeasureResult) -> None:
+                    self.log.record_trial(self._record(job_id, batch[index], result))
+
+                results = self.measurer.measure([MeasureInput(self.workload, c, opts.target) for c in batch],
+                                                on_result=log_early)
                 records = [self._record(job_id, c, r) for c, r in zip(batch, results)]
-                self.log.record_trials(records)
+                self.log.record_trials(records)  # idempotent: results logged early are not recorded twice
                 strategy.observe([self._observation(r) for r in records])
                 for config, result in zip(batch, results):
                     measured.add(config.digest)
@@ -145,6 +156,9 @@ class TuningJob:
                     stopped_early = True
                     break
             final_status = "done"
+        except MeasurementAborted as exc:
+            final_status = exc.job_status
+            raise
         finally:
             self.log.finish_job(job_id, final_status)
         top = self.log.best(key[0], key[1], opts.target, top=1)
@@ -185,5 +199,6 @@ class TuningJob:
     def _record(self, job_id: int, config: Config, result: MeasureResult) -> TrialRecord:
         return TrialRecord.from_result(
             self.workload.key, self.measurer.device_key, self.options.target, config.to_json(), result,
-            agent=self.measurer.agent_name, template_version=self.measurer.template_version, job_id=job_id,
+            agent=result.measured_by or self.measurer.agent_name, template_version=self.measurer.template_version,
+            job_id=job_id,
         )

@@ -34,10 +34,13 @@ class ProgressDisplay:
 
     def update(self, progress: JobProgress) -> None:
         best = f"{progress.best_gflops:.2f} GFLOPS" if progress.best_gflops else "-"
-        self._bar.update(self._task, completed=progress.done, total=progress.total, best=best, errors=progress.errors)
+        description = self._title if progress.state == "running" else f"{self._title} ({progress.state})"
+        self._bar.update(self._task, completed=progress.done, total=progress.total, best=best,
+                         errors=progress.errors, description=description)
         if not self._console.is_terminal:
             self._console.print(
-                f"[{progress.done}/{progress.total}] best {best}, errors {progress.errors}", highlight=False
+                f"[{progress.done}/{progress.total}] {progress.state}, best {best}, errors {progress.errors}",
+                highlight=False,
             )
 
     def __exit__(self, *exc) -> None:

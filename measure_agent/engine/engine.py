@@ -57,8 +57,12 @@ class MeasureEngine:
             return str(exc)
         return None
 
-    def measure(self, items: Sequence[MeasureInput]) -> list[MeasureResult]:
-        """One result per item, in order. Never raises for a candidate's fault."""
+    def measure(self, items: Sequence[MeasureInput], timing: TimingConfig | None = None) -> list[MeasureResult]:
+        """One result per item, in order. Never raises for a candidate's fault.
+
+        ``timing`` overrides the engine's timing for this call (a fleet job brings its own).
+        """
+        timing = timing or self.timing
         with self._lock:
             results: list[MeasureResult | None] = [None] * len(items)
             to_build = []
@@ -68,12 +72,12 @@ class MeasureEngine:
                     results[i] = MeasureResult(MeasureStatus.INVALID_CONFIG, message=problem)
                 else:
                     to_build.append(i)
-            built = list(self._pool.map(lambda i: (i, self._build(items[i])), to_build))
+            built = list(self._pool.map(lambda i: (i, self._build(items[i], timing)), to_build))
             for i, build_result in built:
                 if build_result.status is not MeasureStatus.OK:
                     results[i] = build_result
                 else:
-                    results[i] = self._run(items[i], build_result.compile_time_s)
+                    results[i] = self._run(items[i], build_result.compile_time_s, timing)
             return [r for r in results if r is not None]
 
     def close(self) -> None:
@@ -88,40 +92,41 @@ class MeasureEngine:
         self.close()
 
     # -- internals --------------------------------------------------------------------------
-    def _request(self, item: MeasureInput, op: str) -> dict:
+    @staticmethod
+    def _request(item: MeasureInput, op: str, timing: TimingConfig) -> dict:
         message = {"op": op, "workload": item.workload.key, "config": item.config.to_json(), "target": item.target}
         if op == "run":
             message["timing"] = {
-                "number": self.timing.number,
-                "repeat": self.timing.repeat,
-                "min_repeat_ms": self.timing.min_repeat_ms,
-                "warmup": self.timing.warmup,
+                "number": timing.number,
+                "repeat": timing.repeat,
+                "min_repeat_ms": timing.min_repeat_ms,
+                "warmup": timing.warmup,
             }
         return message
 
-    def _build(self, item: MeasureInput) -> MeasureResult:
+    def _build(self, item: MeasureInput, timing: TimingConfig) -> MeasureResult:
         worker = self._builders.get()
         try:
-            reply = worker.request(self._request(item, "build"), self.timing.build_timeout_s)
+            reply = worker.request(self._request(item, "build", timing), timing.build_timeout_s)
         except WorkerTimedOut:
-            return MeasureResult(MeasureStatus.BUILD_TIMEOUT, message=f"build exceeded {self.timing.build_timeout_s:g} s")
+            return MeasureResult(MeasureStatus.BUILD_TIMEOUT, message=f"build exceeded {timing.build_timeout_s:g} s")
         except WorkerCrashed as exc:
             return MeasureResult(MeasureStatus.COMPILE_ERROR, message=f"build crashed: {exc}")
         finally:
             self._builders.put(worker)
         return _result_from_reply(reply)
 
-    def _run(self, item: MeasureInput, compile_time_s: float) -> MeasureResult:
+    def _run(self, item: MeasureInput, compile_time_s: float, timing: TimingConfig) -> MeasureResult:
         try:
             # Loads the machine code the builder cached; a cache miss compiles under the build limit.
-            loaded = self._runner.request(self._request(item, "build"), self.timing.build_timeout_s)
+            loaded = self._runner.request(self._request(item, "build", timing), timing.build_timeout_s)
             if loaded.get("status") != MeasureStatus.OK.value:
                 return _result_from_reply(loaded, compile_time_s)
-            reply = self._runner.request(self._request(item, "run"), self.timing.run_timeout_s)
+            reply = self._runner.request(self._request(item, "run", timing), timing.run_timeout_s)
         except WorkerTimedOut:
             return MeasureResult(
                 MeasureStatus.RUN_TIMEOUT, compile_time_s=compile_time_s,
-                message=f"run exceeded {self.timing.run_timeout_s:g} s",
+                message=f"run exceeded {timing.run_timeout_s:g} s",
             )
         except WorkerCrashed as exc:
             return MeasureResult(MeasureStatus.RUNTIME_ERROR, compile_time_s=compile_time_s, message=str(exc))

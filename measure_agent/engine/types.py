@@ -69,6 +69,7 @@ class MeasureResult:
     compile_time_s: float = 0.0
     message: str = ""
     details: dict = field(default_factory=dict, compare=False)
+    measured_by: str = ""  # the agent that measured it, when it came over the fleet
 
     @property
     def mean_s(self) -> float | None:

@@ -50,9 +50,9 @@ def default_catalog() -> TemplateCatalog:
 
 def testing_catalog() -> TemplateCatalog:
     """Fault-injection templates for tests and benchmarks; never the default on an agent."""
-    from measure_agent.templates.testing import FaultyMatmulTemplate
+    from measure_agent.templates.testing import FaultyMatmulTemplate, SleepTemplate
 
-    return TemplateCatalog("testing", [FaultyMatmulTemplate()])
+    return TemplateCatalog("testing", [FaultyMatmulTemplate(), SleepTemplate()])
 
 
 def load_catalog(name: str) -> TemplateCatalog:

@@ -85,3 +85,25 @@ class FaultyMatmulTemplate(Template):
         body = _BODIES[config["behaviour"]].format(sleep_ms=config["sleep_ms"])
         # ``variant`` only makes distinct configs (and sources) for throughput tests.
         return KernelSource(text=f"{_HEADER}\nVARIANT = {config['variant']}\n{body}", entry="kernel")
+
+
+class SleepTemplate(Template):
+    """A "kernel" of known duration for fleet tests and benchmarks: target ``sleep``.
+
+    ``matmul(M,N,K)`` on target ``sleep`` computes A @ B and then sleeps K milliseconds per call;
+    its only knob, ``variant``, makes 100,000 distinct configs that all behave the same.
+    """
+
+    op = "matmul"
+    target = "sleep"
+    version = "testing-1"
+
+    def space(self, workload: Workload) -> ConfigSpace:
+        return ConfigSpace([ChoiceKnob("variant", tuple(range(100_000)))])
+
+    def default_config(self, workload: Workload, space: ConfigSpace) -> Config:
+        return space.make({"variant": 0})
+
+    def render(self, workload: Workload, config: Config) -> KernelSource:
+        body = _BODIES["sleep"].format(sleep_ms=workload["K"])
+        return KernelSource(text=f"{_HEADER}\nVARIANT = {config['variant']}\n{body}", entry="kernel")

@@ -3,17 +3,30 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Sequence
+from typing import Callable, Sequence
 
 from measure_agent.engine import MeasureInput, MeasureResult
+
+
+class MeasurementAborted(Exception):
+    """Measuring cannot go on (the job was cancelled, or no device came in time).
+
+    ``job_status`` is what the job becomes: ``cancelled`` or ``failed``.
+    """
+
+    def __init__(self, message: str, job_status: str = "failed") -> None:
+        super().__init__(message)
+        self.job_status = job_status
 
 
 class Measurer(ABC):
     """Measures candidates on one device key and says what measured them.
 
     Contract: ``measure`` returns exactly one result per input, in order, and never raises for
-    a candidate's fault (failures are results). ``parallelism`` is how many candidates it can
-    usefully take at once: strategies size their batches by it.
+    a candidate's fault (failures are results). When given, ``on_result(index, result)`` is called
+    once per item as soon as its result is known, so the caller can log it before the whole batch
+    is done. ``parallelism`` is how many candidates it can usefully take at once: strategies size
+    their batches by it.
     """
 
     device_key: str
@@ -23,7 +36,8 @@ class Measurer(ABC):
     parallelism: int = 1
 
     @abstractmethod
-    def measure(self, items: Sequence[MeasureInput]) -> list[MeasureResult]:
+    def measure(self, items: Sequence[MeasureInput],
+                on_result: Callable[[int, MeasureResult], None] | None = None) -> list[MeasureResult]:
         """Measure every item."""
 
     def close(self) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import socket
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from measure_agent.device import detect_device
 from measure_agent.engine import MeasureEngine, MeasureInput, MeasureResult, TimingConfig
@@ -30,8 +30,13 @@ class LocalMeasurer(Measurer):
         self._engine = MeasureEngine(timing, build_workers=build_workers, catalog=catalog, cache_dir=cache_dir)
         self.template_version = self._engine.template_version
 
-    def measure(self, items: Sequence[MeasureInput]) -> list[MeasureResult]:
-        return self._engine.measure(items)
+    def measure(self, items: Sequence[MeasureInput],
+                on_result: Callable[[int, MeasureResult], None] | None = None) -> list[MeasureResult]:
+        results = self._engine.measure(items)
+        for index, result in enumerate(results):
+            if on_result is not None:
+                on_result(index, result)
+        return results
 
     def close(self) -> None:
         self._engine.close()

@@ -1,0 +1,198 @@
+"""The measurement agent: joins a daemon under a device key and measures what it leases.
+
+The agent dials out (devices behind NAT can join), registers its capabilities and template version,
+then loops: lease candidates, measure them with the engine, report. A heartbeat thread keeps it
+known. When the daemon is unreachable the agent retries with capped exponential backoff and
+registers again by itself; when the daemon no longer knows it (restart, or it was presumed dead)
+it registers again. ``stop()`` (SIGTERM in the CLI) finishes the batch in flight, reports it and
+leaves.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import threading
+from pathlib import Path
+
+import grpc
+
+from measure_agent import __version__
+from measure_agent.device import DeviceInfo, detect_device
+from measure_agent.engine import MeasureEngine, MeasureInput, MeasureResult, MeasureStatus, TimingConfig
+from measure_agent.protocol import PROTOCOL_VERSION
+from measure_agent.protocol.convert import capabilities_to_proto, result_to_proto, timing_from_proto
+from measure_agent.protocol.errors import FleetError, Unavailable, VersionMismatch, from_rpc_error
+from measure_agent.protocol.v1 import fleet_pb2 as pb
+from measure_agent.protocol.v1 import fleet_pb2_grpc as pb_grpc
+from measure_agent.space import ConfigError
+from measure_agent.templates import TemplateNotFound
+from measure_agent.workload import WorkloadError, parse_workload
+
+logger = logging.getLogger("tunefleet.agent")
+
+MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+
+
+class AgentRefused(Exception):
+    """The daemon refused this agent for good (version mismatch, bad key): do not retry."""
+
+
+class Agent:
+    def __init__(self, tracker: str, key: str, name: str | None = None, parallel: int = 1,
+                 catalog: str = "default", cache_dir: Path | None = None, lease_wait_s: float = 2.0,
+                 max_backoff_s: float = 30.0, device: DeviceInfo | None = None) -> None:
+        self.tracker = tracker
+        self.key = key
+        self.name = name or f"{socket.gethostname()}"
+        self.parallel = parallel
+        self.lease_wait_s = lease_wait_s
+        self.max_backoff_s = max_backoff_s
+        self.device = device or detect_device()
+        self.engine = MeasureEngine(TimingConfig(), build_workers=parallel, catalog=catalog, cache_dir=cache_dir)
+        self._stop = threading.Event()
+        self._left = threading.Event()  # heartbeats go on while a stopping agent finishes its batch
+        self._agent_id: str | None = None
+        self._heartbeat_interval_s = 2.0
+        self._channel = grpc.insecure_channel(tracker, options=[
+            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+        ])
+        self._stub = pb_grpc.AgentServiceStub(self._channel)
+        self.measured = 0
+        self.registrations = 0
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def stop(self) -> None:
+        """Ask the agent to finish its batch in flight, report it and leave."""
+        self._stop.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def run(self) -> None:
+        """Serve until :meth:`stop`. Raises :class:`AgentRefused` when the daemon refuses us."""
+        heartbeat = threading.Thread(target=self._heartbeat_loop, name="tunefleet-heartbeat", daemon=True)
+        heartbeat.start()
+        backoff = 0.5
+        try:
+            while not self._stop.is_set():
+                try:
+                    if self._agent_id is None:
+                        self._register()
+                    self._serve_one_batch()
+                    backoff = 0.5
+                except Unavailable as exc:
+                    logger.warning("%s; retrying in %.1f s", exc, backoff)
+                    self._stop.wait(backoff)
+                    backoff = min(self.max_backoff_s, backoff * 2)
+                except FleetError as exc:
+                    logger.warning("daemon error: %s; retrying in %.1f s", exc, backoff)
+                    self._stop.wait(backoff)
+                    backoff = min(self.max_backoff_s, backoff * 2)
+        finally:
+            self._leave()
+            self._left.set()
+            self.engine.close()
+            self._channel.close()
+
+    # -- protocol ---------------------------------------------------------------------------
+    def _rpc(self, method, request, timeout_s: float):
+        try:
+            return method(request, timeout=timeout_s)
+        except grpc.RpcError as exc:
+            error = from_rpc_error(exc)
+            if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+                raise Unavailable(f"daemon did not answer in {timeout_s:g} s") from None
+            raise error from None
+
+    def _register(self) -> None:
+        caps = capabilities_to_proto(self.device, __version__, self.engine.template_version,
+                                     sorted(f"{t.op}/{t.target}" for t in self.engine.catalog))
+        request = pb.RegisterRequest(key=self.key, name=self.name, capabilities=caps,
+                                     protocol_version=PROTOCOL_VERSION, parallel=self.parallel)
+        try:
+            reply = self._rpc(self._stub.Register, request, 10.0)
+        except VersionMismatch as exc:
+            raise AgentRefused(f"daemon refused this agent: {exc}") from None
+        except FleetError as exc:
+            if isinstance(exc, Unavailable):
+                raise
+            raise AgentRefused(f"daemon refused this agent: {exc}") from None
+        self._agent_id = reply.agent_id
+        self._heartbeat_interval_s = reply.heartbeat_interval_s or 2.0
+        self.registrations += 1
+        logger.info("joined %s as %s under key %s", self.tracker, self.name, self.key)
+
+    def _serve_one_batch(self) -> None:
+        agent_id = self._agent_id
+        reply = self._rpc(self._stub.Lease, pb.LeaseRequest(agent_id=agent_id, max_candidates=self.parallel,
+                                                            wait_s=self.lease_wait_s), self.lease_wait_s + 10.0)
+        if not reply.known:
+            logger.info("daemon does not know this agent any more; registering again")
+            self._agent_id = None
+            return
+        if not reply.candidates:
+            return
+        measurements = self._measure(reply.candidates)
+        self._report(agent_id, measurements)
+
+    def _measure(self, candidates) -> list[pb.Measurement]:
+        out: dict[str, pb.Measurement] = {}
+        groups: dict[tuple, list[tuple[str, MeasureInput]]] = {}
+        for candidate in candidates:
+            try:
+                timing = timing_from_proto(candidate.timing)
+                workload = parse_workload(candidate.workload)
+                template = self.engine.catalog.get(workload.op, candidate.target)
+                config = template.space(workload).from_json(json.loads(candidate.config_json))
+            except (ValueError, WorkloadError, ConfigError, TemplateNotFound) as exc:
+                out[candidate.lease_id] = result_to_proto(
+                    candidate.lease_id, MeasureResult(MeasureStatus.INVALID_CONFIG, message=str(exc)))
+                continue
+            groups.setdefault(timing, []).append((candidate.lease_id, MeasureInput(workload, config, candidate.target)))
+        for timing, items in groups.items():
+            results = self.engine.measure([item for _, item in items], timing=timing)
+            for (lease_id, _), result in zip(items, results):
+                out[lease_id] = result_to_proto(lease_id, result)
+        self.measured += len(out)
+        return [out[c.lease_id] for c in candidates]
+
+    def _report(self, agent_id: str, measurements: list[pb.Measurement]) -> None:
+        """Deliver results; keep trying through short outages (a stale lease is simply rejected)."""
+        backoff = 0.5
+        for _ in range(8):
+            try:
+                reply = self._rpc(self._stub.Report, pb.ReportRequest(agent_id=agent_id, measurements=measurements),
+                                  30.0)
+                if reply.rejected_lease_ids:
+                    logger.info("%d results were no longer wanted (leases expired)", len(reply.rejected_lease_ids))
+                return
+            except Unavailable as exc:
+                logger.warning("cannot report results: %s; retrying in %.1f s", exc, backoff)
+                threading.Event().wait(backoff)
+                backoff = min(self.max_backoff_s, backoff * 2)
+        logger.warning("gave up reporting %d results; the daemon will lease them again", len(measurements))
+
+    def _heartbeat_loop(self) -> None:
+        while not self._left.wait(self._heartbeat_interval_s):
+            agent_id = self._agent_id
+            if agent_id is None:
+                continue
+            try:
+                reply = self._rpc(self._stub.Heartbeat, pb.HeartbeatRequest(agent_id=agent_id), 5.0)
+                if not reply.known and self._agent_id == agent_id:
+                    self._agent_id = None  # the main loop registers again
+            except FleetError:
+                pass  # the main loop sees outages and backs off
+
+    def _leave(self) -> None:
+        if self._agent_id is None:
+            return
+        try:
+            self._rpc(self._stub.Leave, pb.LeaveRequest(agent_id=self._agent_id), 5.0)
+        except FleetError:
+            pass
+        self._agent_id = None

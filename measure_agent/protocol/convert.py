@@ -1,0 +1,80 @@
+"""Conversions between protocol messages and the engine's typed values (both sides use them)."""
+
+from __future__ import annotations
+
+import json
+
+from measure_agent.device import DeviceInfo
+from measure_agent.engine.types import MeasureResult, MeasureStatus, TimingConfig
+from measure_agent.protocol.v1 import fleet_pb2 as pb
+
+
+def timing_to_proto(timing: TimingConfig) -> pb.Timing:
+    return pb.Timing(
+        number=timing.number, repeat=timing.repeat, min_repeat_ms=timing.min_repeat_ms, warmup=timing.warmup,
+        build_timeout_s=timing.build_timeout_s, run_timeout_s=timing.run_timeout_s,
+    )
+
+
+def timing_from_proto(message: pb.Timing) -> TimingConfig:
+    """A timing config; raises ValueError when the message is out of bounds."""
+    default = TimingConfig()
+    return TimingConfig(
+        number=message.number or default.number,
+        repeat=message.repeat or default.repeat,
+        min_repeat_ms=message.min_repeat_ms,
+        warmup=message.warmup,
+        build_timeout_s=message.build_timeout_s or default.build_timeout_s,
+        run_timeout_s=message.run_timeout_s or default.run_timeout_s,
+    )
+
+
+def capabilities_to_proto(info: DeviceInfo, agent_version: str, template_version: str,
+                          templates: list[str]) -> pb.Capabilities:
+    extra = info.extra
+    return pb.Capabilities(
+        arch=info.arch, cpu_model=info.cpu_model, cores=info.cores, isa_features=list(info.isa_features),
+        numba_version=info.numba_version, llvm_version=info.llvm_version, os=info.os, board=info.board,
+        gpu_name=extra.get("gpu_name", ""), compute_capability=extra.get("compute_capability", ""),
+        max_threads_per_block=int(extra.get("max_threads_per_block", 0)),
+        max_shared_memory_per_block=int(extra.get("max_shared_memory_per_block", 0)),
+        max_registers_per_block=int(extra.get("max_registers_per_block", 0)),
+        agent_version=agent_version, template_version=template_version, templates=templates,
+    )
+
+
+def capabilities_to_json(caps: pb.Capabilities) -> dict:
+    """The device-info dict recorded in the tuning log (same keys as ``DeviceInfo.to_json``)."""
+    data = {
+        "arch": caps.arch, "cpu_model": caps.cpu_model, "cores": caps.cores,
+        "isa_features": list(caps.isa_features), "numba_version": caps.numba_version,
+        "llvm_version": caps.llvm_version, "os": caps.os, "board": caps.board,
+        "agent_version": caps.agent_version, "template_version": caps.template_version,
+    }
+    for name in ("gpu_name", "compute_capability", "max_threads_per_block", "max_shared_memory_per_block",
+                 "max_registers_per_block"):
+        value = getattr(caps, name)
+        if value:
+            data[name] = value
+    return data
+
+
+def result_to_proto(lease_id: str, result: MeasureResult) -> pb.Measurement:
+    return pb.Measurement(
+        lease_id=lease_id, status=result.status.value, costs=list(result.costs),
+        compile_time_s=result.compile_time_s, message=result.message,
+        details_json=json.dumps(result.details, sort_keys=True) if result.details else "",
+    )
+
+
+def result_from_proto(message: pb.Measurement) -> MeasureResult:
+    """A result; raises ValueError for an unknown status or malformed details."""
+    status = MeasureStatus(message.status)
+    costs = tuple(float(c) for c in message.costs)
+    if status.is_ok and (not costs or any(not (c >= 0) for c in costs)):
+        raise ValueError("an ok measurement needs non-negative costs")
+    details = json.loads(message.details_json) if message.details_json else {}
+    if not isinstance(details, dict):
+        raise ValueError("details must be a JSON object")
+    return MeasureResult(status=status, costs=costs if status.is_ok else (), compile_time_s=message.compile_time_s,
+                         message=message.message[:4000], details=details)

@@ -1,0 +1,237 @@
+"""The daemon and agents on loopback: sharing, fairness, faults, rejoining, versions."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from measure_agent.engine import TimingConfig
+from tuner.daemon import FleetClient
+from tuner.log import TuningLog
+
+from fleet_helpers import agent_names, start_agent, start_daemon, stop_all, wait_for
+
+pytestmark = pytest.mark.timeout(300)
+FAST = TimingConfig(repeat=1, warmup=0, run_timeout_s=10)
+
+
+@pytest.fixture()
+def log(tmp_path):
+    with TuningLog(f"sqlite:///{tmp_path / 'fleet.db'}") as log:
+        yield log
+
+
+def distinct_configs(log, workload_key, device_key):
+    trials = log.trials(workload_key=workload_key, device_key=device_key, target="sleep")
+    return trials, {json.dumps(t.config, sort_keys=True) for t in trials}
+
+
+def test_three_agents_two_keys_two_jobs_and_a_sigkill(log, kernel_cache_dir):
+    daemon = start_daemon(log)
+    agents = [
+        start_agent(daemon.address, "alpha", "alpha-1", kernel_cache_dir),
+        start_agent(daemon.address, "alpha", "alpha-2", kernel_cache_dir),
+        start_agent(daemon.address, "beta", "beta-1", kernel_cache_dir),
+    ]
+    try:
+        wait_for(lambda: len(agent_names(daemon)) == 3, what="three agents")
+        with FleetClient(daemon.address) as client:
+            job_a = client.submit("matmul(M=2,N=2,K=40)", "alpha", target="sleep", strategy="random", trials=40,
+                                  timing=FAST)
+            job_b = client.submit("matmul(M=2,N=2,K=10)", "beta", target="sleep", strategy="random", trials=12,
+                                  timing=FAST)
+            # Kill one alpha agent once it has leases in flight: they must go to alpha-2.
+            wait_for(lambda: any(a.name == "alpha-1" and a.leases for a in daemon.scheduler.agents()),
+                     what="alpha-1 holding leases")
+            agents[0].send_signal(signal.SIGKILL)
+            final = {}
+            for job in (job_a, job_b):
+                for status in client.watch(job.job_id):
+                    final[job.job_id] = status
+        assert final[job_a.job_id].state == "done" and final[job_b.job_id].state == "done"
+        trials_a, configs_a = distinct_configs(log, "matmul(M=2,N=2,K=40)", "alpha")
+        trials_b, configs_b = distinct_configs(log, "matmul(M=2,N=2,K=10)", "beta")
+        assert len(trials_a) == len(configs_a) == 40
+        assert len(trials_b) == len(configs_b) == 12
+        assert all(t.status == "ok" for t in trials_a + trials_b)
+        assert {t.agent for t in trials_b} == {"beta-1"}
+        assert "alpha-2" in {t.agent for t in trials_a}
+        assert daemon.scheduler.expired_leases > 0  # alpha-1's leases were taken back
+        assert agent_names(daemon, "alpha") == {"alpha-2"}
+    finally:
+        stop_all(agents)
+        daemon.stop()
+
+
+def test_agent_restart_rejoins_and_daemon_restart_gets_agents_back(log, kernel_cache_dir):
+    daemon = start_daemon(log)
+    port = daemon.port
+    agent = start_agent(daemon.address, "gamma", "gamma-1", kernel_cache_dir)
+    try:
+        wait_for(lambda: agent_names(daemon) == {"gamma-1"}, what="agent joined")
+        agent.send_signal(signal.SIGKILL)
+        agent.wait()
+        wait_for(lambda: not agent_names(daemon), what="dead agent expired")
+        agent = start_agent(daemon.address, "gamma", "gamma-1", kernel_cache_dir)
+        wait_for(lambda: agent_names(daemon) == {"gamma-1"}, what="restarted agent rejoined")
+
+        daemon.stop()
+        daemon = start_daemon(log, listen=f"127.0.0.1:{port}")
+        wait_for(lambda: agent_names(daemon) == {"gamma-1"}, timeout_s=90, what="agent back after daemon restart")
+        with FleetClient(daemon.address) as client:
+            job = client.submit("matmul(M=2,N=2,K=1)", "gamma", target="sleep", trials=5, timing=FAST)
+            final = list(client.watch(job.job_id))[-1]
+        assert final.state == "done" and final.done == 5
+    finally:
+        stop_all([agent])
+        daemon.stop()
+
+
+def test_sigterm_finishes_in_flight_work_and_leaves(log, kernel_cache_dir):
+    daemon = start_daemon(log)
+    agent = start_agent(daemon.address, "delta", "delta-1", kernel_cache_dir, parallel=1)
+    try:
+        wait_for(lambda: agent_names(daemon) == {"delta-1"}, what="agent joined")
+        with FleetClient(daemon.address) as client:
+            job = client.submit("matmul(M=2,N=2,K=300)", "delta", target="sleep", trials=3, timing=FAST)
+            wait_for(lambda: any(a.leases for a in daemon.scheduler.agents()), what="a lease in flight")
+            agent.send_signal(signal.SIGTERM)
+            assert agent.wait(timeout=60) == 0
+            # What it held was measured, reported and logged before it left; nothing had to expire.
+            trials = wait_for(lambda: log.trials(workload_key="matmul(M=2,N=2,K=300)"), what="result logged")
+            assert len(trials) == 1 and trials[0].status == "ok" and trials[0].agent == "delta-1"
+            assert daemon.scheduler.expired_leases == 0
+            assert not agent_names(daemon)
+            assert client.job(job.job_id).state == "running"  # the rest waits for another agent
+            assert client.cancel(job.job_id).state == "cancelled"
+    finally:
+        stop_all([agent])
+        daemon.stop()
+
+
+def test_template_version_mismatch_is_refused_on_both_sides(log, kernel_cache_dir, caplog):
+    daemon = start_daemon(log)
+    try:
+        agent = start_agent(daemon.address, "eps", "wrong-version", kernel_cache_dir, templates="default")
+        _, err = agent.communicate(timeout=120)
+        assert agent.returncode == 1
+        assert "refused" in err and "templates version" in err
+        assert not agent_names(daemon)
+        assert any("refused agent" in r.getMessage() for r in caplog.records)
+    finally:
+        daemon.stop()
+
+
+def test_job_without_agents_is_queued_and_wait_timeout_fails_it(log):
+    daemon = start_daemon(log)
+    try:
+        with FleetClient(daemon.address) as client:
+            waiting = client.submit("matmul(M=2,N=2,K=1)", "nobody", target="sleep", trials=2, timing=FAST)
+            wait_for(lambda: client.job(waiting.job_id).queued_candidates > 0, what="candidates queued")
+            assert client.job(waiting.job_id).state == "queued"
+            fails = client.submit("matmul(M=2,N=2,K=1)", "nobody-else", target="sleep", trials=2, timing=FAST,
+                                  wait_timeout_s=1.0)
+            final = list(client.watch(fails.job_id))[-1]
+            assert final.state == "failed" and "no agent of key" in final.message
+            cancelled = client.cancel(waiting.job_id)
+            assert cancelled.state == "cancelled"
+    finally:
+        daemon.stop()
+
+
+def test_invalid_requests_get_clear_errors(log):
+    from measure_agent.protocol.errors import InvalidRequest, NotFound
+
+    daemon = start_daemon(log)
+    try:
+        with FleetClient(daemon.address) as client:
+            with pytest.raises(InvalidRequest, match="unknown operator"):
+                client.submit("conv9(M=1)", "k")
+            with pytest.raises(InvalidRequest, match="invalid device key"):
+                client.submit("matmul(M=2,N=2,K=2)", "bad key!")
+            with pytest.raises(InvalidRequest, match="no template"):
+                client.submit("matmul(M=2,N=2,K=2)", "k", target="fpga")
+            with pytest.raises(NotFound):
+                client.job(999)
+    finally:
+        daemon.stop()
+
+
+def test_priority_and_fair_share_between_jobs_of_one_key():
+    from measure_agent.engine import MeasureInput
+    from measure_agent.space import Config
+    from measure_agent.workload import parse_workload
+    from tuner.daemon.scheduler import Scheduler
+
+    scheduler = Scheduler(heartbeat_interval_s=1, agent_timeout_s=5)
+    agent = scheduler.register("k", "a", None, {}, parallel=1)
+    item = MeasureInput(parse_workload("matmul(M=1,N=1,K=1)"), Config((("variant", 0),)), "sleep")
+    scheduler.submit("k", 1, 0, [item] * 4, FAST)
+    scheduler.submit("k", 2, 0, [item] * 4, FAST)
+    scheduler.submit("k", 3, 5, [item] * 2, FAST)
+    order = [c.batch.job_id for c in scheduler.lease(agent.agent_id, 10, 0)]
+    assert order[:2] == [3, 3]  # higher priority first
+    assert order[2:] == [1, 2, 1, 2, 1, 2, 1, 2]  # equal priority: turns
+
+
+def test_late_result_of_an_expired_lease_is_rejected():
+    from measure_agent.engine import MeasureInput, MeasureResult, MeasureStatus
+    from measure_agent.space import Config
+    from measure_agent.workload import parse_workload
+    from tuner.daemon.scheduler import Scheduler
+
+    now = [0.0]
+    scheduler = Scheduler(heartbeat_interval_s=1, agent_timeout_s=5, clock=lambda: now[0])
+    slow = scheduler.register("k", "slow", None, {}, parallel=1)
+    item = MeasureInput(parse_workload("matmul(M=1,N=1,K=1)"), Config((("variant", 0),)), "sleep")
+    batch = scheduler.submit("k", 1, 0, [item], FAST)
+    [lease] = scheduler.lease(slow.agent_id, 1, 0)
+    old_lease_id = lease.lease_id
+    now[0] = 10.0  # slow stays silent past the timeout
+    fast = scheduler.register("k", "fast", None, {}, parallel=1)
+    [again] = scheduler.lease(fast.agent_id, 1, 0)
+    assert again.index == 0 and again.lease_id != old_lease_id
+    ok = MeasureResult(MeasureStatus.OK, costs=(1.0,))
+    assert not scheduler.report(slow.agent_id, old_lease_id, ok)  # presumed dead: rejected
+    assert scheduler.report(fast.agent_id, again.lease_id, ok)
+    assert not scheduler.report(fast.agent_id, again.lease_id, ok)  # never twice
+    assert batch.remaining == 0 and batch.results == [ok]
+
+
+def test_fleet_cli_commands(log, kernel_cache_dir, cli_env, tmp_path):
+    daemon = start_daemon(log)
+    agent = start_agent(daemon.address, "cli", "cli-agent-1", kernel_cache_dir)
+
+    def tuner(*args, check=True):
+        proc = subprocess.run([sys.executable, "-m", "tuner", *args, "--tracker", daemon.address],
+                              capture_output=True, text=True, env=cli_env, timeout=120)
+        if check:
+            assert proc.returncode == 0, proc.stderr
+        return proc
+
+    try:
+        wait_for(lambda: agent_names(daemon) == {"cli-agent-1"}, what="agent joined")
+        agents = json.loads(tuner("agents", "--json").stdout)
+        assert [a["name"] for a in agents["agents"]] == ["cli-agent-1"]
+        assert agents["keys"][0]["key"] == "cli"
+        out = tuner("submit", "--workload", "matmul(M=2,N=2,K=5)", "--target", "sleep", "--rpc-key", "cli",
+                    "--trials", "6", "--repeat", "1").stdout
+        job_id = out.strip().splitlines()[-1].split()[-1]
+        assert job_id.isdigit()
+        waited = tuner("wait", job_id).stdout
+        assert "GFLOPS" in waited and "6 in the log" in waited
+        status = json.loads(tuner("status", job_id, "--json").stdout)
+        assert status["state"] == "done" and status["done"] == 6
+        assert job_id in tuner("jobs").stdout
+        tuned = tuner("tune", "--workload", "matmul(M=2,N=2,K=5)", "--target", "sleep", "--rpc-key", "cli",
+                      "--trials", "8", "--repeat", "1").stdout
+        assert "2 measured now, 8 in the log" in tuned
+        missing = tuner("status", "4242", check=False)
+        assert missing.returncode == 1 and "no job 4242" in missing.stderr and "Traceback" not in missing.stderr
+    finally:
+        stop_all([agent])
+        daemon.stop()

@@ -1,0 +1,67 @@
+"""Client of the daemon's ClientService; gRPC errors come back as protocol exceptions."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import grpc
+
+from measure_agent.engine import TimingConfig
+from measure_agent.protocol.convert import timing_to_proto
+from measure_agent.protocol.errors import from_rpc_error
+from measure_agent.protocol.v1 import fleet_pb2 as pb
+from measure_agent.protocol.v1 import fleet_pb2_grpc as pb_grpc
+from tuner.daemon.daemon import GRPC_OPTIONS
+
+
+class FleetClient:
+    def __init__(self, address: str, timeout_s: float = 30.0) -> None:
+        self.address = address
+        self.timeout_s = timeout_s
+        self._channel = grpc.insecure_channel(address, options=GRPC_OPTIONS)
+        self._stub = pb_grpc.ClientServiceStub(self._channel)
+
+    def _call(self, method, request, **kwargs):
+        try:
+            return method(request, timeout=kwargs.pop("timeout", self.timeout_s), **kwargs)
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
+
+    def submit(self, workload: str, device_key: str, *, target: str = "cpu", strategy: str = "xgb",
+               trials: int = 64, seed: int = 0, early_stopping: int | None = None, priority: int = 0,
+               timing: TimingConfig | None = None, wait_timeout_s: float = 0.0) -> pb.JobStatus:
+        spec = pb.JobSpec(workload=workload, device_key=device_key, target=target, strategy=strategy, trials=trials,
+                          seed=seed, early_stopping=early_stopping or 0, priority=priority,
+                          wait_timeout_s=wait_timeout_s)
+        if timing is not None:
+            spec.timing.CopyFrom(timing_to_proto(timing))
+        return self._call(self._stub.SubmitJob, spec)
+
+    def job(self, job_id: int) -> pb.JobStatus:
+        return self._call(self._stub.GetJob, pb.JobRef(job_id=job_id))
+
+    def jobs(self) -> list[pb.JobStatus]:
+        return list(self._call(self._stub.ListJobs, pb.ListJobsRequest()).jobs)
+
+    def cancel(self, job_id: int) -> pb.JobStatus:
+        return self._call(self._stub.CancelJob, pb.JobRef(job_id=job_id))
+
+    def agents(self) -> pb.AgentList:
+        return self._call(self._stub.ListAgents, pb.ListAgentsRequest())
+
+    def watch(self, job_id: int) -> Iterator[pb.JobStatus]:
+        """Status after every change until the job ends."""
+        try:
+            for status in self._stub.WatchJob(pb.JobRef(job_id=job_id)):
+                yield status
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> "FleetClient":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

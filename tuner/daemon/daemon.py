@@ -1,0 +1,82 @@
+"""The tune-cluster daemon: scheduler, job manager and gRPC server on one port."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from concurrent import futures
+
+import grpc
+
+from measure_agent.protocol.v1 import fleet_pb2_grpc as pb_grpc
+from measure_agent.templates import TemplateCatalog, default_catalog
+from tuner.daemon.jobs import JobManager
+from tuner.daemon.scheduler import Scheduler
+from tuner.daemon.service import AgentService, ClientService
+from tuner.log import TuningLog
+
+logger = logging.getLogger("tunefleet.daemon")
+
+# Requests are small (a workload, a config); anything near this is malformed or hostile.
+MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+GRPC_OPTIONS = [
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+]
+
+
+def create_server(address: str, agent_service: AgentService, client_service: ClientService,
+                  max_workers: int = 256) -> tuple[grpc.Server, int]:
+    """A started-ready (not started) gRPC server bound to ``address``; port 0 picks a free port."""
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="tunefleet-rpc"),
+                         options=GRPC_OPTIONS)
+    pb_grpc.add_AgentServiceServicer_to_server(agent_service, server)
+    pb_grpc.add_ClientServiceServicer_to_server(client_service, server)
+    port = server.add_insecure_port(address)
+    if port == 0:
+        raise OSError(f"cannot listen on {address}")
+    return server, port
+
+
+class Daemon:
+    """Everything a daemon runs; ``start()`` then ``stop()`` (also a context manager)."""
+
+    def __init__(self, log: TuningLog, listen: str = "127.0.0.1:0", catalog: TemplateCatalog | None = None,
+                 heartbeat_interval_s: float = 2.0, agent_timeout_s: float = 10.0) -> None:
+        self.log = log
+        self.catalog = catalog or default_catalog()
+        self.scheduler = Scheduler(heartbeat_interval_s, agent_timeout_s)
+        self.jobs = JobManager(self.scheduler, log, self.catalog)
+        self.server, self.port = create_server(
+            listen, AgentService(self.scheduler, self.catalog), ClientService(self.jobs, self.scheduler, self.catalog)
+        )
+        host = listen.rsplit(":", 1)[0] or "127.0.0.1"
+        self.address = f"{host}:{self.port}"
+        self._stop = threading.Event()
+        self._reaper = threading.Thread(target=self._reap, name="tunefleet-reaper", daemon=True)
+
+    def start(self) -> "Daemon":
+        self.server.start()
+        self._reaper.start()
+        logger.info("daemon listening on %s (templates %s)", self.address, self.catalog.version)
+        return self
+
+    def stop(self, grace_s: float = 5.0) -> None:
+        """Stop taking calls, stop running jobs (their results are in the log), close."""
+        self._stop.set()
+        self.jobs.shutdown()
+        self.server.stop(grace_s).wait()
+
+    def wait(self) -> None:
+        self.server.wait_for_termination()
+
+    def _reap(self) -> None:
+        # Expire silent agents even when no call arrives, so their leases go to live agents.
+        while not self._stop.wait(min(1.0, self.scheduler.heartbeat_interval_s)):
+            self.scheduler.expire_dead_agents()
+
+    def __enter__(self) -> "Daemon":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

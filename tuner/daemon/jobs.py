@@ -1,0 +1,214 @@
+"""Tuning jobs in the daemon: validated on submission, each run by a :class:`TuningJob` in a thread."""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from typing import Iterator
+
+from measure_agent.engine import TimingConfig
+from measure_agent.protocol.errors import InvalidRequest, NotFound
+from measure_agent.templates import TemplateCatalog, TemplateNotFound
+from measure_agent.workload import Workload, WorkloadError, parse_workload
+from tuner.daemon.fleet_measurer import FleetMeasurer
+from tuner.daemon.scheduler import Scheduler
+from tuner.job import Progress, TuneOptions, TuningJob
+from tuner.log import TuningLog
+from tuner.measure import MeasurementAborted
+from tuner.search import STRATEGIES
+
+DEVICE_KEY_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:+-]{0,127}$")
+MAX_TRIALS = 1_000_000
+FINAL_STATES = ("done", "failed", "cancelled")
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    workload: Workload
+    device_key: str
+    target: str = "cpu"
+    strategy: str = "xgb"
+    trials: int = 64
+    seed: int = 0
+    early_stopping: int | None = None
+    priority: int = 0
+    timing: TimingConfig = TimingConfig()
+    wait_timeout_s: float = 0.0
+
+
+def validate_request(workload: str, device_key: str, target: str, strategy: str, trials: int, seed: int,
+                     early_stopping: int, priority: int, timing: TimingConfig | None, wait_timeout_s: float,
+                     catalog: TemplateCatalog) -> JobRequest:
+    """A :class:`JobRequest` from raw fields; raises :class:`InvalidRequest` naming the problem."""
+    try:
+        parsed = parse_workload(workload)
+        catalog.get(parsed.op, target or "cpu")
+    except (WorkloadError, TemplateNotFound) as exc:
+        raise InvalidRequest(str(exc)) from None
+    if not DEVICE_KEY_RE.match(device_key or ""):
+        raise InvalidRequest(f"invalid device key {device_key!r}: letters, digits and ._:+- only, at most 128")
+    if strategy not in STRATEGIES:
+        raise InvalidRequest(f"unknown strategy {strategy!r}; choose from {', '.join(STRATEGIES)}")
+    if not 1 <= trials <= MAX_TRIALS:
+        raise InvalidRequest(f"trials must be between 1 and {MAX_TRIALS}")
+    if early_stopping < 0 or wait_timeout_s < 0:
+        raise InvalidRequest("early stopping and wait timeout must not be negative")
+    if not -1000 <= priority <= 1000:
+        raise InvalidRequest("priority must be between -1000 and 1000")
+    return JobRequest(parsed, device_key, target or "cpu", strategy, trials, seed, early_stopping or None,
+                      priority, timing or TimingConfig(), wait_timeout_s)
+
+
+@dataclass(frozen=True)
+class JobSnapshot:
+    """A job's state at one moment (what clients see)."""
+
+    job_id: int
+    state: str
+    request: JobRequest
+    created_at: float
+    done: int = 0
+    measured_now: int = 0
+    errors: int = 0
+    best_mean_s: float | None = None
+    best_config: dict | None = None
+    default_mean_s: float | None = None
+    default_status: str = ""
+    stopped_early: bool = False
+    queued: int = 0
+    leased: int = 0
+    message: str = ""
+    version: int = 0
+
+    @property
+    def finished(self) -> bool:
+        return self.state in FINAL_STATES
+
+
+@dataclass
+class _Job:
+    snapshot: JobSnapshot
+    cancel: threading.Event = field(default_factory=threading.Event)
+    thread: threading.Thread | None = None
+
+
+class JobManager:
+    """Owns the running jobs. Results go to ``log`` as they arrive; the log is the source of truth."""
+
+    def __init__(self, scheduler: Scheduler, log: TuningLog, catalog: TemplateCatalog) -> None:
+        self.scheduler = scheduler
+        self.log = log
+        self.catalog = catalog
+        self._jobs: dict[int, _Job] = {}
+        self._changed = threading.Condition()
+
+    def submit(self, request: JobRequest) -> JobSnapshot:
+        options = {"seed": request.seed, "early_stopping": request.early_stopping, "priority": request.priority,
+                   "template_version": self.catalog.version, "fleet": True}
+        job_id = self.log.create_job(request.workload.key, request.device_key, request.target, request.strategy,
+                                     request.trials, options)
+        job = _Job(JobSnapshot(job_id=job_id, state="running", request=request, created_at=time.time()))
+        with self._changed:
+            self._jobs[job_id] = job
+        job.thread = threading.Thread(target=self._run, args=(job,), name=f"tunefleet-job-{job_id}", daemon=True)
+        job.thread.start()
+        return self.get(job_id)
+
+    def get(self, job_id: int) -> JobSnapshot:
+        with self._changed:
+            job = self._jobs.get(job_id)
+            if job is None:
+                raise NotFound(f"no job {job_id} in this daemon")
+            return self._with_counts(job.snapshot)
+
+    def list(self) -> list[JobSnapshot]:
+        with self._changed:
+            return [self._with_counts(j.snapshot) for _, j in sorted(self._jobs.items())]
+
+    def cancel(self, job_id: int) -> JobSnapshot:
+        with self._changed:
+            job = self._jobs.get(job_id)
+            if job is None:
+                raise NotFound(f"no job {job_id} in this daemon")
+        job.cancel.set()
+        self.scheduler.cancel_job(job_id)
+        if job.thread is not None:
+            job.thread.join(timeout=10)
+        return self.get(job_id)
+
+    def watch(self, job_id: int, poll_s: float = 1.0, is_active=lambda: True) -> Iterator[JobSnapshot]:
+        """Snapshots after every change (and every ``poll_s`` for queue counts) until the job ends."""
+        last = None
+        while is_active():
+            snapshot = self.get(job_id)
+            if snapshot != last:
+                yield snapshot
+                last = snapshot
+            if snapshot.finished:
+                return
+            with self._changed:
+                self._changed.wait(poll_s)
+
+    def shutdown(self) -> None:
+        """Stop every running job (their results so far are in the log)."""
+        with self._changed:
+            jobs = list(self._jobs.values())
+        for job in jobs:
+            job.cancel.set()
+            self.scheduler.cancel_job(job.snapshot.job_id)
+        for job in jobs:
+            if job.thread is not None:
+                job.thread.join(timeout=10)
+
+    # -- internals --------------------------------------------------------------------------
+    def _with_counts(self, snapshot: JobSnapshot) -> JobSnapshot:
+        queued, leased = self.scheduler.job_counts(snapshot.job_id)
+        state = snapshot.state
+        if state == "running" and not self.scheduler.job_started(snapshot.job_id):
+            state = "queued"  # nothing has reached an agent yet
+        return replace(snapshot, queued=queued, leased=leased, state=state)
+
+    def _update(self, job: _Job, **changes) -> None:
+        with self._changed:
+            job.snapshot = replace(job.snapshot, version=job.snapshot.version + 1, **changes)
+            self._changed.notify_all()
+
+    def _run(self, job: _Job) -> None:
+        request = job.snapshot.request
+        measurer = FleetMeasurer(self.scheduler, request.device_key, job.snapshot.job_id, request.priority,
+                                 request.timing, self.catalog.version, job.cancel, request.wait_timeout_s)
+        flops = request.workload.flops
+
+        def on_progress(progress: Progress) -> None:
+            best = flops / (progress.best_gflops * 1e9) if progress.best_gflops else None
+            self._update(job, done=progress.done, measured_now=progress.measured_now, errors=progress.errors,
+                         best_mean_s=best)
+
+        options = TuneOptions(trials=request.trials, strategy=request.strategy, seed=request.seed,
+                              early_stopping=request.early_stopping, target=request.target)
+        try:
+            tuning = TuningJob(request.workload, measurer, self.log, self.catalog, options,
+                               on_progress=on_progress, job_id=job.snapshot.job_id)
+            summary = tuning.run()
+        except MeasurementAborted as exc:
+            self._update(job, state=exc.job_status, message=str(exc))
+            return
+        except Exception as exc:  # noqa: BLE001 - a job's failure must not take the daemon down
+            self.log.finish_job(job.snapshot.job_id, "failed")
+            self._update(job, state="failed", message=f"{type(exc).__name__}: {exc}")
+            return
+        self._update(
+            job,
+            state="done",
+            done=summary.total_in_log,
+            measured_now=summary.measured_now,
+            errors=summary.errors,
+            best_mean_s=summary.best.mean_s if summary.best else None,
+            best_config=summary.best.config if summary.best else None,
+            default_mean_s=summary.default.mean_s if summary.default else None,
+            default_status=summary.default.status if summary.default else "",
+            stopped_early=summary.stopped_early,
+            message="" if summary.best else "no config ran successfully",
+        )

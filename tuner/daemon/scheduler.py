@@ -1,0 +1,271 @@
+"""Agents, their leases and the queues of candidates waiting for them, per device key.
+
+Jobs put batches of candidates in the queue of their device key and wait for the results. Agents
+of that key lease candidates (the highest job priority first; jobs of equal priority take turns,
+candidate by candidate) and report results. An agent silent for ``agent_timeout_s`` is presumed
+dead: its leases go back to the front of the queue for other agents, and a result it sends later
+is rejected, so nothing is recorded twice and nothing is lost.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+import uuid
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from measure_agent.engine import MeasureInput, MeasureResult, TimingConfig
+
+
+@dataclass
+class AgentState:
+    agent_id: str
+    key: str
+    name: str
+    capabilities: object  # the registration's Capabilities message
+    device_info: dict
+    parallel: int
+    peer: str
+    registered_at: float
+    last_heartbeat: float
+    leases: set[str] = field(default_factory=set)
+
+
+@dataclass
+class Batch:
+    """Candidates of one job waiting for results; ``results[i]`` belongs to ``items[i]``."""
+
+    job_id: int
+    key: str
+    items: tuple[MeasureInput, ...]
+    timing: TimingConfig
+    results: list[MeasureResult | None]
+    remaining: int
+    cancelled: bool = False
+
+
+@dataclass
+class Candidate:
+    batch: Batch
+    index: int
+    priority: int
+    lease_id: str | None = None
+    agent_id: str | None = None
+
+    @property
+    def item(self) -> MeasureInput:
+        return self.batch.items[self.index]
+
+
+class Scheduler:
+    """Thread-safe; every public method takes the one lock. ``clock`` is injectable for tests."""
+
+    def __init__(self, heartbeat_interval_s: float = 2.0, agent_timeout_s: float = 10.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if agent_timeout_s <= heartbeat_interval_s:
+            raise ValueError("agent timeout must exceed the heartbeat interval")
+        self.heartbeat_interval_s = heartbeat_interval_s
+        self.agent_timeout_s = agent_timeout_s
+        self._clock = clock
+        self._lock = threading.Condition()
+        self._agents: dict[str, AgentState] = {}
+        self._queues: dict[str, dict[int, deque[Candidate]]] = {}
+        self._leases: dict[str, Candidate] = {}
+        self._served = itertools.count()
+        self._last_served: dict[int, int] = {}
+        self._key_last_seen: dict[str, float] = {}
+        self._started_jobs: set[int] = set()
+        self.expired_leases = 0
+
+    # -- agents -----------------------------------------------------------------------------
+    def register(self, key: str, name: str, capabilities: object, device_info: dict, parallel: int,
+                 peer: str = "") -> AgentState:
+        with self._lock:
+            now = self._clock()
+            agent = AgentState(
+                agent_id=uuid.uuid4().hex, key=key, name=name, capabilities=capabilities, device_info=device_info,
+                parallel=max(1, parallel), peer=peer, registered_at=now, last_heartbeat=now,
+            )
+            self._agents[agent.agent_id] = agent
+            self._key_last_seen[key] = now
+            self._lock.notify_all()
+            return agent
+
+    def heartbeat(self, agent_id: str) -> bool:
+        with self._lock:
+            self._expire_dead_agents()
+            agent = self._agents.get(agent_id)
+            if agent is None:
+                return False
+            agent.last_heartbeat = self._clock()
+            self._key_last_seen[agent.key] = agent.last_heartbeat
+            return True
+
+    def leave(self, agent_id: str) -> None:
+        with self._lock:
+            agent = self._agents.pop(agent_id, None)
+            if agent is not None:
+                self._requeue(agent)
+
+    def expire_dead_agents(self) -> int:
+        with self._lock:
+            return self._expire_dead_agents()
+
+    def agents(self) -> list[AgentState]:
+        with self._lock:
+            self._expire_dead_agents()
+            return sorted(self._agents.values(), key=lambda a: (a.key, a.name, a.agent_id))
+
+    def parallelism(self, key: str) -> int:
+        with self._lock:
+            return sum(a.parallel for a in self._agents.values() if a.key == key)
+
+    def device_info(self, key: str) -> dict:
+        """Device info of the most recently registered agent of ``key`` ({} when none)."""
+        with self._lock:
+            agents = [a for a in self._agents.values() if a.key == key]
+            return max(agents, key=lambda a: a.registered_at).device_info if agents else {}
+
+    def seconds_without_agents(self, key: str, since: float) -> float:
+        """How long ``key`` has had no live agent (0 while it has one), counting from ``since``."""
+        with self._lock:
+            self._expire_dead_agents()
+            if any(a.key == key for a in self._agents.values()):
+                return 0.0
+            return self._clock() - max(since, self._key_last_seen.get(key, since))
+
+    def now(self) -> float:
+        return self._clock()
+
+    # -- jobs' side -------------------------------------------------------------------------
+    def submit(self, key: str, job_id: int, priority: int, items: Sequence[MeasureInput],
+               timing: TimingConfig) -> Batch:
+        batch = Batch(job_id, key, tuple(items), timing, [None] * len(items), len(items))
+        with self._lock:
+            queue = self._queues.setdefault(key, {}).setdefault(job_id, deque())
+            queue.extend(Candidate(batch, i, priority) for i in range(len(items)))
+            self._lock.notify_all()
+        return batch
+
+    def wait(self, batch: Batch, timeout_s: float) -> bool:
+        """Wait until the batch is complete (True) or ``timeout_s`` passed (False)."""
+        with self._lock:
+            if batch.remaining > 0 and not batch.cancelled:
+                self._lock.wait(timeout_s)
+            return batch.remaining == 0
+
+    def cancel_job(self, job_id: int) -> None:
+        """Drop the job's queued and leased candidates; results for them are rejected."""
+        with self._lock:
+            for queues in self._queues.values():
+                for candidate in queues.pop(job_id, ()):
+                    candidate.batch.cancelled = True
+            for lease_id, candidate in list(self._leases.items()):
+                if candidate.batch.job_id == job_id:
+                    candidate.batch.cancelled = True
+                    del self._leases[lease_id]
+                    agent = self._agents.get(candidate.agent_id or "")
+                    if agent:
+                        agent.leases.discard(lease_id)
+            self._last_served.pop(job_id, None)
+            self._lock.notify_all()
+
+    def job_counts(self, job_id: int) -> tuple[int, int]:
+        """(queued, leased) candidates of a job."""
+        with self._lock:
+            queued = sum(len(q.get(job_id, ())) for q in self._queues.values())
+            leased = sum(1 for c in self._leases.values() if c.batch.job_id == job_id)
+            return queued, leased
+
+    def job_started(self, job_id: int) -> bool:
+        """Whether any candidate of the job has reached an agent."""
+        with self._lock:
+            return job_id in self._started_jobs
+
+    def key_counts(self, key: str) -> tuple[int, int]:
+        """(queued, leased) candidates of a device key."""
+        with self._lock:
+            queued = sum(len(q) for q in self._queues.get(key, {}).values())
+            leased = sum(1 for c in self._leases.values() if c.batch.key == key)
+            return queued, leased
+
+    # -- agents' side -----------------------------------------------------------------------
+    def lease(self, agent_id: str, max_candidates: int, wait_s: float) -> list[Candidate] | None:
+        """Up to ``max_candidates`` for the agent, waiting up to ``wait_s`` for the first; None if unknown."""
+        deadline = self._clock() + max(0.0, wait_s)
+        with self._lock:
+            while True:
+                self._expire_dead_agents()
+                agent = self._agents.get(agent_id)
+                if agent is None:
+                    return None
+                agent.last_heartbeat = self._clock()  # a lease call shows the agent is alive
+                taken = self._take(agent, max(1, max_candidates))
+                if taken:
+                    return taken
+                remaining = deadline - self._clock()
+                if remaining <= 0:
+                    return []
+                self._lock.wait(min(remaining, self.heartbeat_interval_s))
+
+    def report(self, agent_id: str, lease_id: str, result: MeasureResult) -> bool:
+        """Record a result; False when the lease is not (or no longer) this agent's."""
+        with self._lock:
+            candidate = self._leases.get(lease_id)
+            agent = self._agents.get(agent_id)
+            if candidate is None or agent is None or candidate.agent_id != agent_id:
+                return False
+            del self._leases[lease_id]
+            agent.leases.discard(lease_id)
+            agent.last_heartbeat = self._clock()
+            batch = candidate.batch
+            if batch.results[candidate.index] is None:
+                batch.results[candidate.index] = result
+                batch.remaining -= 1
+            self._lock.notify_all()
+            return True
+
+    # -- internals (lock held) --------------------------------------------------------------
+    def _take(self, agent: AgentState, n: int) -> list[Candidate]:
+        queues = self._queues.get(agent.key, {})
+        taken: list[Candidate] = []
+        while len(taken) < n:
+            ready = [(job_id, q) for job_id, q in queues.items() if q]
+            if not ready:
+                break
+            # Highest priority first; among equals, the job served longest ago.
+            job_id, queue = max(ready, key=lambda jq: (jq[1][0].priority, -self._last_served.get(jq[0], -1)))
+            candidate = queue.popleft()
+            self._last_served[job_id] = next(self._served)
+            self._started_jobs.add(job_id)
+            candidate.lease_id = uuid.uuid4().hex
+            candidate.agent_id = agent.agent_id
+            self._leases[candidate.lease_id] = candidate
+            agent.leases.add(candidate.lease_id)
+            taken.append(candidate)
+        for job_id in [j for j, q in queues.items() if not q]:
+            del queues[job_id]
+        return taken
+
+    def _expire_dead_agents(self) -> int:
+        now = self._clock()
+        dead = [a for a in self._agents.values() if now - a.last_heartbeat > self.agent_timeout_s]
+        for agent in dead:
+            del self._agents[agent.agent_id]
+            self.expired_leases += len(agent.leases)
+            self._requeue(agent)
+        return len(dead)
+
+    def _requeue(self, agent: AgentState) -> None:
+        for lease_id in agent.leases:
+            candidate = self._leases.pop(lease_id, None)
+            if candidate is None or candidate.batch.cancelled:
+                continue
+            candidate.lease_id = candidate.agent_id = None
+            queue = self._queues.setdefault(candidate.batch.key, {}).setdefault(candidate.batch.job_id, deque())
+            queue.appendleft(candidate)
+        agent.leases.clear()
+        self._lock.notify_all()

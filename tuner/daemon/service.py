@@ -1,0 +1,190 @@
+"""gRPC servicers: translate messages to scheduler and job-manager calls, errors to status codes."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import replace
+
+import grpc
+
+from measure_agent.protocol import PROTOCOL_VERSION
+from measure_agent.protocol.convert import (
+    capabilities_to_json,
+    result_from_proto,
+    timing_from_proto,
+    timing_to_proto,
+)
+from measure_agent.protocol.errors import FleetError, InvalidRequest, VersionMismatch, abort
+from measure_agent.protocol.v1 import fleet_pb2 as pb
+from measure_agent.protocol.v1 import fleet_pb2_grpc as pb_grpc
+from measure_agent.templates import TemplateCatalog
+from tuner.daemon.jobs import DEVICE_KEY_RE, JobManager, JobSnapshot, validate_request
+from tuner.daemon.scheduler import Scheduler
+
+logger = logging.getLogger("tunefleet.daemon")
+
+MAX_LEASE_WAIT_S = 30.0
+MAX_CANDIDATES_PER_LEASE = 256
+
+
+class AgentService(pb_grpc.AgentServiceServicer):
+    def __init__(self, scheduler: Scheduler, catalog: TemplateCatalog) -> None:
+        self.scheduler = scheduler
+        self.catalog = catalog
+
+    def Register(self, request: pb.RegisterRequest, context: grpc.ServicerContext) -> pb.RegisterReply:
+        try:
+            if request.protocol_version != PROTOCOL_VERSION:
+                raise VersionMismatch(
+                    f"agent speaks protocol {request.protocol_version}, daemon {PROTOCOL_VERSION}: "
+                    "install the same tunefleet version on both"
+                )
+            theirs = request.capabilities.template_version
+            if theirs != self.catalog.version:
+                raise VersionMismatch(
+                    f"agent templates version {theirs or '(none)'} differs from the daemon's {self.catalog.version}: "
+                    "install the same tunefleet version on agent and daemon"
+                )
+            if not DEVICE_KEY_RE.match(request.key):
+                raise InvalidRequest(f"invalid device key {request.key!r}")
+            if not 1 <= request.parallel <= 1024:
+                raise InvalidRequest("parallel must be between 1 and 1024")
+        except FleetError as exc:
+            logger.warning("refused agent %r (key %r) from %s: %s", request.name, request.key, context.peer(), exc)
+            abort(context, exc)
+        agent = self.scheduler.register(
+            request.key, request.name or context.peer(), request.capabilities,
+            capabilities_to_json(request.capabilities), request.parallel, context.peer(),
+        )
+        logger.info("agent %s (%s) joined key %s from %s", agent.name, agent.agent_id[:8], agent.key, agent.peer)
+        return pb.RegisterReply(agent_id=agent.agent_id, heartbeat_interval_s=self.scheduler.heartbeat_interval_s,
+                                agent_timeout_s=self.scheduler.agent_timeout_s)
+
+    def Heartbeat(self, request: pb.HeartbeatRequest, context: grpc.ServicerContext) -> pb.HeartbeatReply:
+        return pb.HeartbeatReply(known=self.scheduler.heartbeat(request.agent_id))
+
+    def Lease(self, request: pb.LeaseRequest, context: grpc.ServicerContext) -> pb.LeaseReply:
+        wait_s = min(max(request.wait_s, 0.0), MAX_LEASE_WAIT_S)
+        count = min(max(request.max_candidates, 1), MAX_CANDIDATES_PER_LEASE)
+        taken = self.scheduler.lease(request.agent_id, count, wait_s)
+        if taken is None:
+            return pb.LeaseReply(known=False)
+        return pb.LeaseReply(
+            known=True,
+            candidates=[
+                pb.Candidate(lease_id=c.lease_id, workload=c.item.workload.key, config_json=c.item.config.json_text(),
+                             target=c.item.target, timing=timing_to_proto(c.batch.timing))
+                for c in taken
+            ],
+        )
+
+    def Report(self, request: pb.ReportRequest, context: grpc.ServicerContext) -> pb.ReportReply:
+        accepted = 0
+        rejected = []
+        name = {a.agent_id: a.name for a in self.scheduler.agents()}.get(request.agent_id, "")
+        for measurement in request.measurements:
+            try:
+                result = result_from_proto(measurement)
+            except (ValueError, json.JSONDecodeError) as exc:
+                abort(context, InvalidRequest(f"malformed measurement for lease {measurement.lease_id}: {exc}"))
+            result = replace(result, measured_by=name)
+            if self.scheduler.report(request.agent_id, measurement.lease_id, result):
+                accepted += 1
+            else:
+                rejected.append(measurement.lease_id)
+        if rejected:
+            logger.info("rejected %d late or unknown results from agent %s", len(rejected), request.agent_id[:8])
+        return pb.ReportReply(accepted=accepted, rejected_lease_ids=rejected)
+
+    def Leave(self, request: pb.LeaveRequest, context: grpc.ServicerContext) -> pb.LeaveReply:
+        self.scheduler.leave(request.agent_id)
+        return pb.LeaveReply()
+
+
+class ClientService(pb_grpc.ClientServiceServicer):
+    def __init__(self, manager: JobManager, scheduler: Scheduler, catalog: TemplateCatalog) -> None:
+        self.manager = manager
+        self.scheduler = scheduler
+        self.catalog = catalog
+
+    def SubmitJob(self, request: pb.JobSpec, context: grpc.ServicerContext) -> pb.JobStatus:
+        try:
+            timing = timing_from_proto(request.timing) if request.HasField("timing") else None
+            job = validate_request(
+                request.workload, request.device_key, request.target, request.strategy or "xgb", request.trials,
+                request.seed, request.early_stopping, request.priority, timing, request.wait_timeout_s, self.catalog,
+            )
+        except ValueError as exc:  # timing out of bounds
+            abort(context, InvalidRequest(str(exc)))
+        except FleetError as exc:
+            abort(context, exc)
+        snapshot = self.manager.submit(job)
+        logger.info("job %d submitted: %s on key %s", snapshot.job_id, job.workload.key, job.device_key)
+        return job_status(snapshot)
+
+    def GetJob(self, request: pb.JobRef, context: grpc.ServicerContext) -> pb.JobStatus:
+        try:
+            return job_status(self.manager.get(request.job_id))
+        except FleetError as exc:
+            abort(context, exc)
+
+    def WatchJob(self, request: pb.JobRef, context: grpc.ServicerContext):
+        try:
+            self.manager.get(request.job_id)
+        except FleetError as exc:
+            abort(context, exc)
+        for snapshot in self.manager.watch(request.job_id, is_active=context.is_active):
+            yield job_status(snapshot)
+
+    def ListJobs(self, request: pb.ListJobsRequest, context: grpc.ServicerContext) -> pb.JobList:
+        return pb.JobList(jobs=[job_status(s) for s in self.manager.list()])
+
+    def CancelJob(self, request: pb.JobRef, context: grpc.ServicerContext) -> pb.JobStatus:
+        try:
+            return job_status(self.manager.cancel(request.job_id))
+        except FleetError as exc:
+            abort(context, exc)
+
+    def ListAgents(self, request: pb.ListAgentsRequest, context: grpc.ServicerContext) -> pb.AgentList:
+        agents = self.scheduler.agents()
+        now = self.scheduler.now()
+        jobs = [s for s in self.manager.list() if not s.finished]
+        keys = sorted({a.key for a in agents} | {s.request.device_key for s in jobs})
+        key_infos = []
+        for key in keys:
+            queued, leased = self.scheduler.key_counts(key)
+            of_key = [a for a in agents if a.key == key]
+            key_infos.append(pb.KeyInfo(
+                key=key, agents=len(of_key), busy_agents=sum(1 for a in of_key if a.leases),
+                queued_candidates=queued, leased_candidates=leased,
+                jobs=sum(1 for s in jobs if s.request.device_key == key),
+            ))
+        return pb.AgentList(
+            agents=[
+                pb.AgentInfo(agent_id=a.agent_id, key=a.key, name=a.name, capabilities=a.capabilities,
+                             last_heartbeat=now - a.last_heartbeat, registered_at=now - a.registered_at,
+                             parallel=a.parallel, leased=len(a.leases), peer=a.peer)
+                for a in agents
+            ],
+            keys=key_infos,
+        )
+
+
+def job_status(snapshot: JobSnapshot) -> pb.JobStatus:
+    request = snapshot.request
+    status = pb.JobStatus(
+        job_id=snapshot.job_id, state=snapshot.state, workload=request.workload.key, device_key=request.device_key,
+        target=request.target, strategy=request.strategy, priority=request.priority, done=snapshot.done,
+        total=request.trials, measured_now=snapshot.measured_now, errors=snapshot.errors,
+        best_config_json=json.dumps(snapshot.best_config, sort_keys=True) if snapshot.best_config else "",
+        default_status=snapshot.default_status, stopped_early=snapshot.stopped_early,
+        queued_candidates=snapshot.queued, leased_candidates=snapshot.leased, message=snapshot.message,
+        created_at=snapshot.created_at, flops=float(request.workload.flops),
+    )
+    if snapshot.best_mean_s is not None:
+        status.best_mean_s = snapshot.best_mean_s
+    if snapshot.default_mean_s is not None:
+        status.default_mean_s = snapshot.default_mean_s
+    return status
+
