@@ -128,7 +128,7 @@ class Agent:
 
     def _serve_one_batch(self) -> None:
         agent_id = self._agent_id
-        reply = self._rpc(self._stub.Lease, pb.LeaseRequest(agent_id=agent_id, max_candidates=self.parallel,
+        reply = self._rpc(self._stub.Lease, pb.LeaseRequest(agent_id=agent_id, max_candidates=2 * self.parallel,
                                                             wait_s=self.lease_wait_s), self.lease_wait_s + 10.0)
         if not reply.known:
             logger.info("daemon does not know this agent any more; registering again")
@@ -146,8 +146,8 @@ class Agent:
             try:
                 timing = timing_from_proto(candidate.timing)
                 workload = parse_workload(candidate.workload)
-                template = self.engine.catalog.get(workload.op, candidate.target)
-                config = template.space(workload).from_json(json.loads(candidate.config_json))
+                config = self.engine.catalog.space(workload, candidate.target).from_json(
+                    json.loads(candidate.config_json))
             except (ValueError, WorkloadError, ConfigError, TemplateNotFound) as exc:
                 out[candidate.lease_id] = result_to_proto(
                     candidate.lease_id, MeasureResult(MeasureStatus.INVALID_CONFIG, message=str(exc)))

@@ -7,7 +7,7 @@ from measure_agent.templates import testing_catalog as fault_catalog
 from measure_agent.workload import parse_workload
 from tuner.job import TuneOptions, TuningJob
 from tuner.log import TuningLog
-from tuner.measure import LocalMeasurer, Measurer
+from tuner.measure import LocalMeasurer, SyncMeasurer
 
 WORKLOAD = parse_workload("matmul(M=8,N=8,K=8)")
 
@@ -66,7 +66,7 @@ def test_failures_are_recorded_as_data(log, measurer):
     assert all(t.mean_s is None and t.message for t in failed)
 
 
-class ScriptedMeasurer(Measurer):
+class ScriptedMeasurer(SyncMeasurer):
     """Costs from the config: later grid points (higher variant) are always slower."""
 
     device_key = "scripted"
@@ -74,7 +74,7 @@ class ScriptedMeasurer(Measurer):
     agent_name = "scripted"
     template_version = "testing"
 
-    def measure(self, items, on_result=None):
+    def measure_now(self, items):
         return [MeasureResult(MeasureStatus.OK, costs=(1.0 + i.config["variant"],)) for i in items]
 
 

@@ -115,31 +115,35 @@ class TuningJob:
         stopped_early = False
         status_counts: dict[str, int] = {}
         pending_default = self.default_config.digest not in measured
+        in_flight: set[str] = set()
         final_status = "failed"
         try:
-            while len(measured) < opts.trials:
-                # a fleet's parallelism changes as agents come and go
-                batch_size = opts.batch_size or max(4, self.measurer.parallelism)
-                want = min(batch_size, opts.trials - len(measured))
-                batch: list[Config] = []
-                if pending_default:
-                    batch.append(self.default_config)
-                    strategy.claim(self.default_config)
-                    pending_default = False
-                batch += [c for c in strategy.propose(want - len(batch)) if c.digest not in measured]
-                if not batch:
-                    break  # the space is exhausted
-
-                def log_early(index: int, result: MeasureResult) -> None:
-                    self.log.record_trial(self._record(job_id, batch[index], result))
-
-                results = self.measurer.measure([MeasureInput(self.workload, c, opts.target) for c in batch],
-                                                on_result=log_early)
-                records = [self._record(job_id, c, r) for c, r in zip(batch, results)]
-                self.log.record_trials(records)  # idempotent: results logged early are not recorded twice
+            while True:
+                # Keep about `window` candidates in flight (twice the parallelism: agents fetch their
+                # next candidates while measuring); refill when half have come back, so the strategy
+                # proposes in chunks. A fleet's parallelism changes as agents come and go.
+                window = opts.batch_size or max(4, 2 * self.measurer.parallelism)
+                room = min(window - len(in_flight), opts.trials - len(measured) - len(in_flight))
+                if not stopped_early and room > 0 and len(in_flight) <= window // 2:
+                    batch: list[Config] = []
+                    if pending_default:
+                        batch.append(self.default_config)
+                        strategy.claim(self.default_config)
+                        pending_default = False
+                    batch += [c for c in strategy.propose(room - len(batch)) if c.digest not in measured]
+                    self.measurer.submit([MeasureInput(self.workload, c, opts.target) for c in batch])
+                    in_flight.update(c.digest for c in batch)
+                if not in_flight:
+                    break  # budget reached, space exhausted, or stopped early and drained
+                arrived = self.measurer.collect(timeout_s=1.0)
+                if not arrived:
+                    continue
+                records = [self._record(job_id, item.config, result) for item, result in arrived]
+                self.log.record_trials(records)  # one transaction per arrival group
                 strategy.observe([self._observation(r) for r in records])
-                for config, result in zip(batch, results):
-                    measured.add(config.digest)
+                for item, result in arrived:
+                    in_flight.discard(item.config.digest)
+                    measured.add(item.config.digest)
                     measured_now += 1
                     status_counts[result.status.value] = status_counts.get(result.status.value, 0) + 1
                     if not result.status.is_ok:
@@ -149,12 +153,10 @@ class TuningJob:
                         since_improvement = 0
                     else:
                         since_improvement += 1
-                self.on_progress(
-                    Progress(len(measured), opts.trials, measured_now, errors, gflops(self.workload, best if best < math.inf else None))
-                )
+                self.on_progress(Progress(len(measured), opts.trials, measured_now, errors,
+                                          gflops(self.workload, best if best < math.inf else None)))
                 if opts.early_stopping and since_improvement >= opts.early_stopping:
-                    stopped_early = True
-                    break
+                    stopped_early = True  # what is in flight is still collected and logged
             final_status = "done"
         except MeasurementAborted as exc:
             final_status = exc.job_status

@@ -51,8 +51,7 @@ class MeasureEngine:
     def validate(self, item: MeasureInput) -> str | None:
         """Why ``item`` cannot be measured here, or None when it is a member of its space."""
         try:
-            template = self.catalog.get(item.workload.op, item.target)
-            template.space(item.workload).validate(item.config)
+            self.catalog.space(item.workload, item.target).validate(item.config)
         except (TemplateNotFound, ConfigError) as exc:
             return str(exc)
         return None

@@ -63,9 +63,9 @@ class Worker:
     def _render(self, request: dict):
         try:
             workload = parse_workload(request["workload"])
-            template = self.catalog.get(workload.op, request.get("target", "cpu"))
-            space = template.space(workload)
-            config = space.from_json(request["config"])
+            target = request.get("target", "cpu")
+            template = self.catalog.get(workload.op, target)
+            config = self.catalog.space(workload, target).from_json(request["config"])
         except (WorkloadError, ConfigError, LookupError) as exc:
             raise CandidateError(MeasureStatus.INVALID_CONFIG, str(exc)) from None
         return workload, template.render(workload, config)

@@ -15,6 +15,21 @@ class ConfigError(ValueError):
     """A configuration that is not a member of its space."""
 
 
+def _hashable(value: Any) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
+
+
+def _shown(values: tuple, limit: int = 12) -> str:
+    """The values of a knob for an error message, shortened when there are many."""
+    if len(values) <= limit:
+        return str(list(values))
+    return f"[{', '.join(map(repr, values[:limit // 2]))}, ..., {', '.join(map(repr, values[-2:]))}] ({len(values)} values)"
+
+
 @dataclass(frozen=True)
 class ChoiceKnob:
     """A categorical choice among ordered values (ints, strings or floats)."""
@@ -25,30 +40,28 @@ class ChoiceKnob:
     def __post_init__(self) -> None:
         if not self.values:
             raise ValueError(f"knob {self.name} has no values")
-        if len(set(self.values)) != len(self.values):
+        positions = {value: i for i, value in enumerate(self.values)}
+        if len(positions) != len(self.values):
             raise ValueError(f"knob {self.name} has duplicate values")
+        object.__setattr__(self, "_positions", positions)
 
     @property
     def size(self) -> int:
         return len(self.values)
 
     def index_of(self, value: Any) -> int:
-        try:
-            return self.values.index(value)
-        except ValueError:
-            raise ConfigError(
-                f"value {value!r} of knob {self.name} is not one of {list(self.values)}"
-            ) from None
+        position = self._positions.get(value) if _hashable(value) else None
+        # True == 1 in Python: a bool is never a member of a non-bool knob, and the reverse
+        if position is None or isinstance(value, bool) != isinstance(self.values[position], bool):
+            raise ConfigError(f"value {value!r} of knob {self.name} is not one of {_shown(self.values)}")
+        return position
 
     def to_json(self, value: Any) -> Any:
         return value
 
     def from_json(self, raw: Any) -> Any:
-        # JSON has no tuples and may turn 2 into 2.0; accept what round-trips to a member.
-        for value in self.values:
-            if isinstance(raw, bool) == isinstance(value, bool) and raw == value:
-                return value
-        raise ConfigError(f"value {raw!r} of knob {self.name} is not one of {list(self.values)}")
+        # JSON may turn 2 into 2.0; accept what compares equal to a member of the same kind.
+        return self.values[self.index_of(raw)]
 
     def numeric(self, value: Any) -> list[float]:
         """Numbers describing a value to a cost model (the value itself when numeric)."""
@@ -101,6 +114,7 @@ class SplitKnob:
         if not values:
             raise ValueError(f"split knob {self.name} has no valid factors for extent {self.extent}")
         object.__setattr__(self, "values", tuple(values))
+        object.__setattr__(self, "_positions", {value: i for i, value in enumerate(values)})
 
     @property
     def size(self) -> int:
@@ -108,8 +122,8 @@ class SplitKnob:
 
     def index_of(self, value: Any) -> int:
         try:
-            return self.values.index(tuple(value))
-        except (ValueError, TypeError):
+            return self._positions[tuple(value)]
+        except (KeyError, TypeError):
             raise ConfigError(
                 f"split {value!r} of knob {self.name} is not a valid split of {self.extent}"
             ) from None

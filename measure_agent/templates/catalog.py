@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import hashlib
+import threading
+from collections import OrderedDict
 from typing import Iterable
 
+from measure_agent.space import ConfigSpace
 from measure_agent.templates.base import Template
+from measure_agent.workload import Workload
+
+_SPACE_CACHE_SIZE = 64
 
 
 class TemplateNotFound(LookupError):
@@ -23,6 +29,8 @@ class TemplateCatalog:
             if key in self._templates:
                 raise ValueError(f"two templates for {key}")
             self._templates[key] = template
+        self._spaces: OrderedDict[tuple[str, str], ConfigSpace] = OrderedDict()
+        self._spaces_lock = threading.Lock()
 
     def get(self, op: str, target: str) -> Template:
         try:
@@ -30,6 +38,22 @@ class TemplateCatalog:
         except KeyError:
             have = ", ".join(f"{o}/{t}" for o, t in sorted(self._templates))
             raise TemplateNotFound(f"no template for {op} on target {target}; installed: {have}") from None
+
+    def space(self, workload: Workload, target: str) -> ConfigSpace:
+        """The template's space for ``workload``, built once and kept (spaces are immutable)."""
+        template = self.get(workload.op, target)
+        key = (workload.key, target)
+        with self._spaces_lock:
+            space = self._spaces.get(key)
+            if space is not None:
+                self._spaces.move_to_end(key)
+                return space
+        space = template.space(workload)
+        with self._spaces_lock:
+            self._spaces[key] = space
+            while len(self._spaces) > _SPACE_CACHE_SIZE:
+                self._spaces.popitem(last=False)
+        return space
 
     @property
     def version(self) -> str:

@@ -20,6 +20,8 @@ import ctypes
 import numpy as np
 from numba import njit
 '''
+# The sleep kernel is plain Python: its workers need not import numba (fleet benchmarks start many).
+_SLEEP_HEADER = "import time\n"
 
 _BODIES = {
     "ok": '''
@@ -106,4 +108,4 @@ class SleepTemplate(Template):
 
     def render(self, workload: Workload, config: Config) -> KernelSource:
         body = _BODIES["sleep"].format(sleep_ms=workload["K"])
-        return KernelSource(text=f"{_HEADER}\nVARIANT = {config['variant']}\n{body}", entry="kernel")
+        return KernelSource(text=f"{_SLEEP_HEADER}\nVARIANT = {config['variant']}\n{body}", entry="kernel")

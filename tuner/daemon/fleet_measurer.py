@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import threading
-from typing import Callable, Sequence
+from typing import Sequence
 
 from measure_agent.engine import MeasureInput, MeasureResult, TimingConfig
-from tuner.daemon.scheduler import Scheduler
+from tuner.daemon.scheduler import Batch, Scheduler
 from tuner.measure import MeasurementAborted, Measurer
 
 
@@ -23,6 +23,8 @@ class FleetMeasurer(Measurer):
         self.template_version = template_version
         self.cancel = cancel
         self.wait_timeout_s = wait_timeout_s
+        self._batches: list[tuple[Batch, set[int]]] = []  # with the indices already collected
+        self._waiting_since: float | None = None
 
     @property
     def parallelism(self) -> int:  # type: ignore[override]
@@ -32,30 +34,44 @@ class FleetMeasurer(Measurer):
     def device_info(self) -> dict:  # type: ignore[override]
         return self.scheduler.device_info(self.device_key)
 
-    def measure(self, items: Sequence[MeasureInput],
-                on_result: Callable[[int, MeasureResult], None] | None = None) -> list[MeasureResult]:
-        batch = self.scheduler.submit(self.device_key, self.job_id, self.priority, items, self.timing)
-        since = self.scheduler.now()
-        delivered: set[int] = set()
+    def submit(self, items: Sequence[MeasureInput]) -> None:
+        if items:
+            batch = self.scheduler.submit(self.device_key, self.job_id, self.priority, items, self.timing)
+            self._batches.append((batch, set()))
 
-        def deliver() -> None:
-            # Hand each result over as it arrives: the job logs it before the batch is complete.
+    def collect(self, timeout_s: float) -> list[tuple[MeasureInput, MeasureResult]]:
+        if not self._batches:
+            return []
+        if self._waiting_since is None:
+            self._waiting_since = self.scheduler.now()
+        deadline = self.scheduler.now() + timeout_s
+        while True:
+            generation = self.scheduler.generation
+            ready = self._take_ready()
+            if ready:
+                self._waiting_since = None
+                return ready
+            self._check_can_go_on()
+            remaining = deadline - self.scheduler.now()
+            if remaining <= 0:
+                return []
+            self.scheduler.wait_for_change(generation, min(remaining, 0.5))
+
+    def _take_ready(self) -> list[tuple[MeasureInput, MeasureResult]]:
+        ready = []
+        for batch, taken in self._batches:
             for index, result in enumerate(list(batch.results)):
-                if result is not None and index not in delivered:
-                    delivered.add(index)
-                    if on_result is not None:
-                        on_result(index, result)
+                if result is not None and index not in taken:
+                    taken.add(index)
+                    ready.append((batch.items[index], result))
+        self._batches = [(b, t) for b, t in self._batches if len(t) < len(b.items)]
+        return ready
 
-        while not self.scheduler.wait(batch, 0.5):
-            deliver()
-            if self.cancel.is_set():
-                self.scheduler.cancel_job(self.job_id)
-                raise MeasurementAborted("cancelled", job_status="cancelled")
-            waited = self.scheduler.seconds_without_agents(self.device_key, since)
-            if self.wait_timeout_s and waited > self.wait_timeout_s:
-                self.scheduler.cancel_job(self.job_id)
-                raise MeasurementAborted(
-                    f"no agent of key {self.device_key!r} for {self.wait_timeout_s:g} s (--wait-timeout)"
-                )
-        deliver()
-        return [r for r in batch.results if r is not None]
+    def _check_can_go_on(self) -> None:
+        if self.cancel.is_set():
+            self.scheduler.cancel_job(self.job_id)
+            raise MeasurementAborted("cancelled", job_status="cancelled")
+        waited = self.scheduler.seconds_without_agents(self.device_key, self._waiting_since or self.scheduler.now())
+        if self.wait_timeout_s and waited > self.wait_timeout_s:
+            self.scheduler.cancel_job(self.job_id)
+            raise MeasurementAborted(f"no agent of key {self.device_key!r} for {self.wait_timeout_s:g} s (--wait-timeout)")

@@ -78,6 +78,7 @@ class Scheduler:
         self._last_served: dict[int, int] = {}
         self._key_last_seen: dict[str, float] = {}
         self._started_jobs: set[int] = set()
+        self._generation = 0
         self.expired_leases = 0
 
     # -- agents -----------------------------------------------------------------------------
@@ -91,7 +92,7 @@ class Scheduler:
             )
             self._agents[agent.agent_id] = agent
             self._key_last_seen[key] = now
-            self._lock.notify_all()
+            self._notify()
             return agent
 
     def heartbeat(self, agent_id: str) -> bool:
@@ -147,15 +148,19 @@ class Scheduler:
         with self._lock:
             queue = self._queues.setdefault(key, {}).setdefault(job_id, deque())
             queue.extend(Candidate(batch, i, priority) for i in range(len(items)))
-            self._lock.notify_all()
+            self._notify()
         return batch
 
-    def wait(self, batch: Batch, timeout_s: float) -> bool:
-        """Wait until the batch is complete (True) or ``timeout_s`` passed (False)."""
+    @property
+    def generation(self) -> int:
+        """Counts changes (results, agents, cancellations); see :meth:`wait_for_change`."""
+        return self._generation
+
+    def wait_for_change(self, since_generation: int, timeout_s: float) -> None:
+        """Block until :attr:`generation` moves past ``since_generation`` or ``timeout_s`` passes."""
         with self._lock:
-            if batch.remaining > 0 and not batch.cancelled:
+            if self._generation == since_generation:
                 self._lock.wait(timeout_s)
-            return batch.remaining == 0
 
     def cancel_job(self, job_id: int) -> None:
         """Drop the job's queued and leased candidates; results for them are rejected."""
@@ -171,7 +176,7 @@ class Scheduler:
                     if agent:
                         agent.leases.discard(lease_id)
             self._last_served.pop(job_id, None)
-            self._lock.notify_all()
+            self._notify()
 
     def job_counts(self, job_id: int) -> tuple[int, int]:
         """(queued, leased) candidates of a job."""
@@ -225,10 +230,14 @@ class Scheduler:
             if batch.results[candidate.index] is None:
                 batch.results[candidate.index] = result
                 batch.remaining -= 1
-            self._lock.notify_all()
+            self._notify()
             return True
 
     # -- internals (lock held) --------------------------------------------------------------
+    def _notify(self) -> None:
+        self._generation += 1
+        self._lock.notify_all()
+
     def _take(self, agent: AgentState, n: int) -> list[Candidate]:
         queues = self._queues.get(agent.key, {})
         taken: list[Candidate] = []
@@ -268,4 +277,4 @@ class Scheduler:
             queue = self._queues.setdefault(candidate.batch.key, {}).setdefault(candidate.batch.job_id, deque())
             queue.appendleft(candidate)
         agent.leases.clear()
-        self._lock.notify_all()
+        self._notify()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Callable, Sequence
+from typing import Sequence
 
 from measure_agent.engine import MeasureInput, MeasureResult
 
@@ -20,13 +20,17 @@ class MeasurementAborted(Exception):
 
 
 class Measurer(ABC):
-    """Measures candidates on one device key and says what measured them.
+    """Measures candidates on one device key, asynchronously, and says what measured them.
 
-    Contract: ``measure`` returns exactly one result per input, in order, and never raises for
-    a candidate's fault (failures are results). When given, ``on_result(index, result)`` is called
-    once per item as soon as its result is known, so the caller can log it before the whole batch
-    is done. ``parallelism`` is how many candidates it can usefully take at once: strategies size
-    their batches by it.
+    Contract:
+    - every item passed to ``submit`` comes back exactly once from ``collect``, as the same object,
+      paired with its result; results come in the order they are ready, not the order submitted;
+    - failures of candidates are results, never exceptions; ``collect`` raises
+      :class:`MeasurementAborted` only when measuring as a whole cannot go on;
+    - ``collect(timeout_s)`` returns what is ready, waiting up to ``timeout_s`` for the first
+      result; it returns at once (possibly empty) when nothing is in flight;
+    - ``parallelism`` is how many candidates in flight keep the devices busy: the tuning loop keeps
+      about that many submitted.
     """
 
     device_key: str
@@ -36,9 +40,21 @@ class Measurer(ABC):
     parallelism: int = 1
 
     @abstractmethod
-    def measure(self, items: Sequence[MeasureInput],
-                on_result: Callable[[int, MeasureResult], None] | None = None) -> list[MeasureResult]:
-        """Measure every item."""
+    def submit(self, items: Sequence[MeasureInput]) -> None:
+        """Queue items for measurement."""
+
+    @abstractmethod
+    def collect(self, timeout_s: float) -> list[tuple[MeasureInput, MeasureResult]]:
+        """Results that are ready."""
+
+    def measure(self, items: Sequence[MeasureInput]) -> list[MeasureResult]:
+        """Submit ``items`` and wait for all of them; results in the order of ``items``."""
+        self.submit(items)
+        results: dict[int, MeasureResult] = {}
+        while len(results) < len(items):
+            for item, result in self.collect(1.0):
+                results[id(item)] = result
+        return [results[id(item)] for item in items]
 
     def close(self) -> None:
         """Release workers and connections."""
@@ -48,3 +64,21 @@ class Measurer(ABC):
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class SyncMeasurer(Measurer):
+    """A measurer that measures everything submitted when ``collect`` is called."""
+
+    def __init__(self) -> None:
+        self._pending: list[MeasureInput] = []
+
+    @abstractmethod
+    def measure_now(self, items: Sequence[MeasureInput]) -> list[MeasureResult]:
+        """Measure ``items`` (in order) before returning."""
+
+    def submit(self, items: Sequence[MeasureInput]) -> None:
+        self._pending.extend(items)
+
+    def collect(self, timeout_s: float) -> list[tuple[MeasureInput, MeasureResult]]:
+        items, self._pending = self._pending, []
+        return list(zip(items, self.measure_now(items))) if items else []

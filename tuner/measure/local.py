@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import socket
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Sequence
 
 from measure_agent.device import detect_device
 from measure_agent.engine import MeasureEngine, MeasureInput, MeasureResult, TimingConfig
-from tuner.measure.base import Measurer
+from tuner.measure.base import SyncMeasurer
 
 
-class LocalMeasurer(Measurer):
-    """This host as the measuring device, through the same engine a remote agent runs."""
+class LocalMeasurer(SyncMeasurer):
+    """This host as the measuring device, calling the engine in-process.
+
+    ``tuner tune`` goes through an embedded daemon and agent instead (one path for local and
+    remote); this direct form serves tests and benchmarks that measure without a fleet.
+    """
 
     def __init__(
         self,
@@ -22,6 +26,7 @@ class LocalMeasurer(Measurer):
         catalog: str = "default",
         cache_dir: Path | None = None,
     ) -> None:
+        super().__init__()
         info = detect_device()
         self.device_info = info.to_json()
         self.device_key = device_key or info.default_key
@@ -30,13 +35,8 @@ class LocalMeasurer(Measurer):
         self._engine = MeasureEngine(timing, build_workers=build_workers, catalog=catalog, cache_dir=cache_dir)
         self.template_version = self._engine.template_version
 
-    def measure(self, items: Sequence[MeasureInput],
-                on_result: Callable[[int, MeasureResult], None] | None = None) -> list[MeasureResult]:
-        results = self._engine.measure(items)
-        for index, result in enumerate(results):
-            if on_result is not None:
-                on_result(index, result)
-        return results
+    def measure_now(self, items: Sequence[MeasureInput]) -> list[MeasureResult]:
+        return self._engine.measure(items)
 
     def close(self) -> None:
         self._engine.close()

@@ -1,0 +1,121 @@
+"""Fleet throughput: N agents on loopback measuring candidates of known duration.
+
+Each candidate is the testing ``sleep`` template: a warm-up call and one timed call of a kernel
+that sleeps ``--sleep-ms`` / 2, so a candidate costs ``--sleep-ms`` of kernel time on its agent.
+For N agents the ideal wall time of C candidates is C * sleep / N; efficiency is ideal / measured,
+and the per-candidate overhead is what each candidate cost an agent beyond its kernel time.
+
+    python bench/fleet.py                       # 1, 2, 4, 8, 16, 32 agents, 50 ms candidates
+    python bench/fleet.py --agents 1 4 --per-agent 10
+
+Targets (issue 3): >= 90% efficiency at 32 agents with 50 ms candidates, <= 5 ms overhead. On one
+small machine the agents' own processes compete with the daemon for the cores, so the table also
+prints the daemon's CPU time per candidate, which is what bounds a real, distributed fleet.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from measure_agent.engine import TimingConfig  # noqa: E402
+from measure_agent.templates import testing_catalog  # noqa: E402
+from tuner.daemon import Daemon, FleetClient  # noqa: E402
+from tuner.log import TuningLog  # noqa: E402
+
+
+def start_agents(address: str, key: str, count: int, cache_dir: str) -> list[subprocess.Popen]:
+    env = dict(os.environ, XDG_CACHE_HOME=cache_dir)
+    return [
+        subprocess.Popen([sys.executable, "-m", "measure_agent", "--tracker", address, "--key", key,
+                          "--name", f"{key}-{i}", "--parallel", "1", "--templates", "testing"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+        for i in range(count)
+    ]
+
+
+def run_one(agents: int, per_agent: int, sleep_ms: int, workdir: str) -> dict:
+    log = TuningLog(f"sqlite:///{workdir}/fleet-{agents}.db")
+    daemon = Daemon(log, "127.0.0.1:0", catalog=testing_catalog(), heartbeat_interval_s=2.0,
+                    agent_timeout_s=30.0).start()
+    key = f"bench{agents}"
+    processes = start_agents(daemon.address, key, agents, workdir)
+    try:
+        deadline = time.monotonic() + 300
+        while sum(1 for a in daemon.scheduler.agents() if a.key == key) < agents:
+            if time.monotonic() > deadline:
+                raise RuntimeError("agents did not join in time")
+            time.sleep(0.2)
+        candidates = agents * per_agent
+        # Warm every agent's workers first (process start, first import) so the timed job is steady state.
+        with FleetClient(daemon.address) as client:
+            warm = client.submit(f"matmul(M=1,N=1,K={sleep_ms // 2})", key, target="sleep", strategy="random",
+                                 trials=agents * 2, seed=1, timing=TimingConfig(repeat=1, warmup=1))
+            for _ in client.watch(warm.job_id):
+                pass
+            start = time.perf_counter()
+            cpu_start = time.process_time()  # this process is the daemon (plus the watching client)
+            job = client.submit(f"matmul(M=2,N=2,K={sleep_ms // 2})", key, target="sleep", strategy="random",
+                                trials=candidates, seed=2, timing=TimingConfig(repeat=1, warmup=1))
+            final = None
+            for final in client.watch(job.job_id):
+                pass
+            wall = time.perf_counter() - start
+            daemon_cpu = time.process_time() - cpu_start
+        assert final is not None and final.state == "done" and final.done == candidates, final
+        ideal = candidates * (sleep_ms / 1000.0) / agents
+        return {
+            "agents": agents,
+            "candidates": candidates,
+            "wall_s": wall,
+            "ideal_s": ideal,
+            "throughput": candidates / wall,
+            "efficiency": ideal / wall,
+            "overhead_ms": (wall * agents / candidates - sleep_ms / 1000.0) * 1000.0,
+            "daemon_cpu_ms": daemon_cpu / candidates * 1000.0,
+        }
+    finally:
+        for p in processes:
+            p.terminate()
+        for p in processes:
+            p.wait()
+        daemon.stop()
+        log.close()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--agents", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32])
+    parser.add_argument("--per-agent", type=int, default=20, help="candidates per agent (default 20)")
+    parser.add_argument("--sleep-ms", type=int, default=50, help="kernel time per candidate (default 50)")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="tunefleet-fleet-bench-") as workdir:
+        for n in args.agents:
+            rows.append(run_one(n, args.per_agent, args.sleep_ms, workdir))
+            r = rows[-1]
+            print(f"  {n} agents done in {r['wall_s']:.2f} s", file=sys.stderr, flush=True)
+    print(f"\nFleet throughput, {args.sleep_ms} ms candidates, {args.per_agent} per agent, loopback, "
+          f"{os.cpu_count()} CPU cores")
+    print(f"{'agents':>6} {'candidates':>10} {'wall s':>8} {'ideal s':>8} {'cand/s':>8} {'efficiency':>10} "
+          f"{'overhead ms/cand':>16} {'daemon CPU ms/cand':>18}")
+    for r in rows:
+        print(f"{r['agents']:>6} {r['candidates']:>10} {r['wall_s']:>8.2f} {r['ideal_s']:>8.2f} "
+              f"{r['throughput']:>8.1f} {r['efficiency']:>9.1%} {r['overhead_ms']:>16.2f} {r['daemon_cpu_ms']:>18.2f}")
+    print("Agents, their workers and the daemon share this machine's cores: past a few agents the run is\n"
+          "CPU-bound here. Daemon CPU per candidate bounds a real fleet's throughput at 1000 / that value.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
