@@ -50,3 +50,31 @@ def test_bad_workloads_name_the_problem(text, fragment):
 
 def test_make_workload_from_ints():
     assert make_workload("matmul", {"M": 4, "N": 5, "K": 6}).key == "matmul(M=4,N=5,K=6,dtype=float32)"
+
+
+def test_conv_workloads_default_and_per_axis_window():
+    w = parse_workload("conv2d_nchw(N=1,C=64,H=56,W=56,K=64,R=3,S=3,stride=1,pad=1)")
+    assert w.key == "conv2d_nchw(N=1,C=64,H=56,W=56,K=64,R=3,S=3,stride=1,pad=1,dilation=1,dtype=float32)"
+    assert w["stride_h"] == w["stride_w"] == 1 and w["pad_h"] == 1
+    assert w.flops == 2 * 64 * 56 * 56 * 64 * 9
+    per_axis = parse_workload("conv2d_nhwc(N=1,C=3,H=8,W=8,K=4,R=3,S=3,stride_h=2,stride_w=1,pad_h=0,pad_w=1)")
+    assert "stride_h=2,stride_w=1,pad_h=0,pad_w=1" in per_axis.key
+    assert parse_workload(per_axis.key) == per_axis
+    dw = parse_workload("depthwise_conv2d_nchw(N=1,C=32,H=112,W=112,R=3,S=3,stride=1,pad=1)")
+    assert dw["multiplier"] == 1
+    assert parse_workload("dense(M=1,N=1000,K=2048)").spec.output_shape({"M": 1, "N": 1000, "K": 2048}) == (1, 1000)
+
+
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        ("conv2d_nchw(N=1,C=1,H=2,W=2,K=1,R=5,S=5)", "window does not fit"),
+        ("conv2d_nchw(N=1,C=1,H=4,W=4,K=1,R=1,S=1,pad=-1)", "must be at least 0"),
+        ("conv2d_nchw(N=1,C=1,H=4,W=4,K=1,R=1,S=1,pad=1,pad_h=2)", "not both"),
+        ("matmul(M=65536,N=65536,K=2)", "more than the limit"),
+        ("depthwise_conv2d_nhwc(N=1,C=1,H=4,W=4,R=3)", "missing size S"),
+    ],
+)
+def test_bad_conv_and_oversize_workloads(text, fragment):
+    with pytest.raises(WorkloadError, match=fragment):
+        parse_workload(text)

@@ -33,8 +33,8 @@ def make_problem(workload: Workload) -> Problem:
     dtype = np.dtype(workload.dtype)
     rng = np.random.default_rng(INPUT_SEED)
     inputs = tuple(np.ascontiguousarray(x) for x in spec.make_inputs(params, dtype, rng))
-    expected = spec.reference(*inputs)
-    magnitude = spec.reference(*(np.abs(x) for x in inputs))
+    expected = spec.reference(params, *inputs)
+    magnitude = spec.reference(params, *(np.abs(x) for x in inputs))
     n = spec.reduction_length(params)
     eps = np.finfo(dtype).eps
     tolerance = 2.0 * (n + 2) * eps * magnitude + np.finfo(dtype).tiny

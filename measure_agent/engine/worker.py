@@ -91,9 +91,9 @@ class Worker:
         return {"status": MeasureStatus.OK.value, "compile_time_s": seconds}
 
     def _tiny_inputs(self, workload: Workload) -> tuple[np.ndarray, ...]:
-        rng = np.random.default_rng(0)
-        ones = {name: 1 for name in workload.spec.params}
-        return workload.spec.make_inputs(ones, np.dtype(workload.dtype), rng)
+        # Types are all that matter: the workload's own (shape-only) arrays, never filled.
+        return tuple(np.broadcast_to(np.zeros((), workload.dtype), shape)
+                     for shape in workload.spec.array_shapes(workload.params)[:-1])
 
     def _run(self, workload: Workload, kernel_source, timing: TimingConfig) -> dict:
         try:

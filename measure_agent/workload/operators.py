@@ -2,14 +2,31 @@
 
 The reference is what every measured kernel is checked against, on every device. It lives with the
 agent because the agent checks outputs locally before reporting a result.
+
+Layouts (as in TVM): ``conv2d_nchw`` takes data [N,C,H,W] and weights [K,C,R,S] (OIHW) and writes
+[N,K,OH,OW]; ``conv2d_nhwc`` takes data [N,H,W,C] and weights [R,S,C,K] (HWIO) and writes
+[N,OH,OW,K]. Depthwise: NCHW data with weights [C,multiplier,R,S] writes [N,C*multiplier,OH,OW];
+NHWC data with weights [R,S,C,multiplier] writes [N,OH,OW,C*multiplier] (output channel
+c*multiplier+m). ``dense`` is X[M,K] times W[N,K] transposed; ``batch_matmul`` is A[B,M,K] @ B[B,K,N].
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+
+@dataclass(frozen=True)
+class Param:
+    """An integer parameter of an operator; ``default`` None means required."""
+
+    name: str
+    default: int | None = None
+    minimum: int = 1
 
 
 @dataclass(frozen=True)
@@ -17,37 +34,204 @@ class OperatorSpec:
     """What an operator is, independent of any schedule.
 
     ``make_inputs(params, dtype, rng)`` returns the input arrays in call order,
-    ``reference(*inputs)`` the expected output and ``output_shape(params)`` its shape.
+    ``reference(params, *inputs)`` the expected output and ``output_shape(params)`` its shape.
+    ``axis_pairs`` maps a short name to two per-axis parameters (``stride`` -> ``stride_h``,
+    ``stride_w``): the short name sets both, and the canonical key uses it when both are equal.
     """
 
     name: str
-    params: tuple[str, ...]
+    params: tuple[Param, ...]
     flops: Callable[[dict[str, int]], int]
     make_inputs: Callable[[dict[str, int], np.dtype, np.random.Generator], tuple[np.ndarray, ...]]
     reference: Callable[..., np.ndarray]
     output_shape: Callable[[dict[str, int]], tuple[int, ...]]
     reduction_length: Callable[[dict[str, int]], int]
+    axis_pairs: tuple[tuple[str, tuple[str, str]], ...] = ()
     max_size: int = 1 << 16
+    max_elements: int = 1 << 28  # per array: larger problems are refused as out of bounds
+
+    @property
+    def param_names(self) -> tuple[str, ...]:
+        return tuple(p.name for p in self.params)
 
     @property
     def signature(self) -> str:
-        return f"{self.name}({','.join(p + '=INT' for p in self.params)}[,dtype=float32|float64])"
+        shown = []
+        paired = {name for _, pair in self.axis_pairs for name in pair}
+        for p in self.params:
+            if p.name in paired:
+                continue
+            shown.append(f"{p.name}=INT" if p.default is None else f"[{p.name}={p.default}]")
+        shown += [f"[{short}=INT]" for short, _ in self.axis_pairs]
+        return f"{self.name}({','.join(shown)}[,dtype=float32|float64])"
+
+    def array_shapes(self, p: dict[str, int]) -> list[tuple[int, ...]]:
+        """Shapes of the inputs and the output, for bounds checks (no allocation)."""
+        rng = _ShapeOnly()
+        shapes = [x.shape for x in self.make_inputs(p, np.dtype("float32"), rng)]  # type: ignore[arg-type]
+        return shapes + [self.output_shape(p)]
 
 
-def _matmul_inputs(p: dict[str, int], dtype: np.dtype, rng: np.random.Generator):
-    a = rng.uniform(-1.0, 1.0, size=(p["M"], p["K"])).astype(dtype)
-    b = rng.uniform(-1.0, 1.0, size=(p["K"], p["N"])).astype(dtype)
-    return a, b
+class _ShapeOnly:
+    """Stands in for a random generator when only the shapes of the inputs are wanted."""
+
+    def uniform(self, low, high, size):
+        return np.broadcast_to(np.float32(0), size)
 
 
+def _uniform(rng, shape, dtype):
+    return rng.uniform(-1.0, 1.0, size=shape).astype(dtype, copy=False)
+
+
+# -- matmul family -------------------------------------------------------------------------------
 MATMUL = OperatorSpec(
     name="matmul",
-    params=("M", "N", "K"),
+    params=(Param("M"), Param("N"), Param("K")),
     flops=lambda p: 2 * p["M"] * p["N"] * p["K"],
-    make_inputs=_matmul_inputs,
-    reference=lambda a, b: a @ b,
+    make_inputs=lambda p, dt, rng: (_uniform(rng, (p["M"], p["K"]), dt), _uniform(rng, (p["K"], p["N"]), dt)),
+    reference=lambda p, a, b: a @ b,
     output_shape=lambda p: (p["M"], p["N"]),
     reduction_length=lambda p: p["K"],
 )
 
-OPERATORS: dict[str, OperatorSpec] = {spec.name: spec for spec in (MATMUL,)}
+DENSE = OperatorSpec(
+    name="dense",
+    params=(Param("M"), Param("N"), Param("K")),
+    flops=lambda p: 2 * p["M"] * p["N"] * p["K"],
+    make_inputs=lambda p, dt, rng: (_uniform(rng, (p["M"], p["K"]), dt), _uniform(rng, (p["N"], p["K"]), dt)),
+    reference=lambda p, x, w: x @ w.T,
+    output_shape=lambda p: (p["M"], p["N"]),
+    reduction_length=lambda p: p["K"],
+)
+
+BATCH_MATMUL = OperatorSpec(
+    name="batch_matmul",
+    params=(Param("B"), Param("M"), Param("N"), Param("K")),
+    flops=lambda p: 2 * p["B"] * p["M"] * p["N"] * p["K"],
+    make_inputs=lambda p, dt, rng: (_uniform(rng, (p["B"], p["M"], p["K"]), dt),
+                                    _uniform(rng, (p["B"], p["K"], p["N"]), dt)),
+    reference=lambda p, a, b: np.matmul(a, b),
+    output_shape=lambda p: (p["B"], p["M"], p["N"]),
+    reduction_length=lambda p: p["K"],
+)
+
+
+# -- convolutions --------------------------------------------------------------------------------
+_CONV_WINDOW = (
+    Param("stride_h", 1), Param("stride_w", 1), Param("pad_h", 0, minimum=0), Param("pad_w", 0, minimum=0),
+    Param("dilation_h", 1), Param("dilation_w", 1),
+)
+_CONV_PAIRS = (("stride", ("stride_h", "stride_w")), ("pad", ("pad_h", "pad_w")),
+               ("dilation", ("dilation_h", "dilation_w")))
+
+
+def conv_output_hw(p: dict[str, int]) -> tuple[int, int]:
+    oh = (p["H"] + 2 * p["pad_h"] - p["dilation_h"] * (p["R"] - 1) - 1) // p["stride_h"] + 1
+    ow = (p["W"] + 2 * p["pad_w"] - p["dilation_w"] * (p["S"] - 1) - 1) // p["stride_w"] + 1
+    return oh, ow
+
+
+def _windows_nchw(p: dict[str, int], x: np.ndarray) -> np.ndarray:
+    """[N, C, OH, OW, R, S] view of the padded input's receptive fields."""
+    xp = np.pad(x, ((0, 0), (0, 0), (p["pad_h"], p["pad_h"]), (p["pad_w"], p["pad_w"])))
+    span_h = p["dilation_h"] * (p["R"] - 1) + 1
+    span_w = p["dilation_w"] * (p["S"] - 1) + 1
+    win = sliding_window_view(xp, (span_h, span_w), axis=(2, 3))
+    oh, ow = conv_output_hw(p)
+    win = win[:, :, : (oh - 1) * p["stride_h"] + 1: p["stride_h"], : (ow - 1) * p["stride_w"] + 1: p["stride_w"]]
+    return win[..., :: p["dilation_h"], :: p["dilation_w"]]
+
+
+def _conv2d_nchw_ref(p, x, w):
+    return np.einsum("ncxyrs,kcrs->nkxy", _windows_nchw(p, x), w, optimize=True).astype(x.dtype, copy=False)
+
+
+def _conv2d_nhwc_ref(p, x, w):
+    windows = _windows_nchw(p, x.transpose(0, 3, 1, 2))
+    return np.einsum("ncxyrs,rsck->nxyk", windows, w, optimize=True).astype(x.dtype, copy=False)
+
+
+def _depthwise_nchw_ref(p, x, w):
+    windows = _windows_nchw(p, x)  # [N,C,OH,OW,R,S]
+    out = np.einsum("ncxyrs,cmrs->ncmxy", windows, w, optimize=True)
+    n, c, m, oh, ow = out.shape
+    return out.reshape(n, c * m, oh, ow).astype(x.dtype, copy=False)
+
+
+def _depthwise_nhwc_ref(p, x, w):
+    windows = _windows_nchw(p, x.transpose(0, 3, 1, 2))
+    out = np.einsum("ncxyrs,rscm->nxycm", windows, w, optimize=True)
+    n, oh, ow, c, m = out.shape
+    return out.reshape(n, oh, ow, c * m).astype(x.dtype, copy=False)
+
+
+def _conv_flops(p: dict[str, int]) -> int:
+    oh, ow = conv_output_hw(p)
+    return 2 * p["N"] * p["K"] * oh * ow * p["C"] * p["R"] * p["S"]
+
+
+def _depthwise_flops(p: dict[str, int]) -> int:
+    oh, ow = conv_output_hw(p)
+    return 2 * p["N"] * p["C"] * p["multiplier"] * oh * ow * p["R"] * p["S"]
+
+
+_CONV_PARAMS = (Param("N"), Param("C"), Param("H"), Param("W"), Param("K"), Param("R"), Param("S")) + _CONV_WINDOW
+_DEPTHWISE_PARAMS = (Param("N"), Param("C"), Param("H"), Param("W"), Param("R"), Param("S")) + _CONV_WINDOW + (
+    Param("multiplier", 1),)
+
+CONV2D_NCHW = OperatorSpec(
+    name="conv2d_nchw",
+    params=_CONV_PARAMS,
+    flops=_conv_flops,
+    make_inputs=lambda p, dt, rng: (_uniform(rng, (p["N"], p["C"], p["H"], p["W"]), dt),
+                                    _uniform(rng, (p["K"], p["C"], p["R"], p["S"]), dt)),
+    reference=_conv2d_nchw_ref,
+    output_shape=lambda p: (p["N"], p["K"], *conv_output_hw(p)),
+    reduction_length=lambda p: p["C"] * p["R"] * p["S"],
+    axis_pairs=_CONV_PAIRS,
+)
+
+CONV2D_NHWC = OperatorSpec(
+    name="conv2d_nhwc",
+    params=_CONV_PARAMS,
+    flops=_conv_flops,
+    make_inputs=lambda p, dt, rng: (_uniform(rng, (p["N"], p["H"], p["W"], p["C"]), dt),
+                                    _uniform(rng, (p["R"], p["S"], p["C"], p["K"]), dt)),
+    reference=_conv2d_nhwc_ref,
+    output_shape=lambda p: (p["N"], *conv_output_hw(p), p["K"]),
+    reduction_length=lambda p: p["C"] * p["R"] * p["S"],
+    axis_pairs=_CONV_PAIRS,
+)
+
+DEPTHWISE_CONV2D_NCHW = OperatorSpec(
+    name="depthwise_conv2d_nchw",
+    params=_DEPTHWISE_PARAMS,
+    flops=_depthwise_flops,
+    make_inputs=lambda p, dt, rng: (_uniform(rng, (p["N"], p["C"], p["H"], p["W"]), dt),
+                                    _uniform(rng, (p["C"], p["multiplier"], p["R"], p["S"]), dt)),
+    reference=_depthwise_nchw_ref,
+    output_shape=lambda p: (p["N"], p["C"] * p["multiplier"], *conv_output_hw(p)),
+    reduction_length=lambda p: p["R"] * p["S"],
+    axis_pairs=_CONV_PAIRS,
+)
+
+DEPTHWISE_CONV2D_NHWC = OperatorSpec(
+    name="depthwise_conv2d_nhwc",
+    params=_DEPTHWISE_PARAMS,
+    flops=_depthwise_flops,
+    make_inputs=lambda p, dt, rng: (_uniform(rng, (p["N"], p["H"], p["W"], p["C"]), dt),
+                                    _uniform(rng, (p["R"], p["S"], p["C"], p["multiplier"]), dt)),
+    reference=_depthwise_nhwc_ref,
+    output_shape=lambda p: (p["N"], *conv_output_hw(p), p["C"] * p["multiplier"]),
+    reduction_length=lambda p: p["R"] * p["S"],
+    axis_pairs=_CONV_PAIRS,
+)
+
+OPERATORS: dict[str, OperatorSpec] = {
+    spec.name: spec
+    for spec in (MATMUL, DENSE, BATCH_MATMUL, CONV2D_NCHW, CONV2D_NHWC, DEPTHWISE_CONV2D_NCHW, DEPTHWISE_CONV2D_NHWC)
+}
+
+
+def elements(shape: tuple[int, ...]) -> int:
+    return math.prod(shape)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from measure_agent.workload.operators import OPERATORS, OperatorSpec
+from measure_agent.workload.operators import OPERATORS, OperatorSpec, elements
 
 SUPPORTED_DTYPES = ("float32", "float64")
 
@@ -46,8 +46,19 @@ class Workload:
 
     @property
     def key(self) -> str:
-        inner = ",".join(f"{k}={v}" for k, v in self.sizes)
-        return f"{self.op}({inner},dtype={self.dtype})"
+        """Canonical text: declaration order, defaults included, an axis pair given once when equal."""
+        values = dict(self.sizes)
+        parts = []
+        pairs = {first: (short, second) for short, (first, second) in self.spec.axis_pairs}
+        skip = {second for _, (_, second) in self.spec.axis_pairs}
+        for name, value in self.sizes:
+            if name in skip and values[name] == values[_first_of(self.spec, name)]:
+                continue
+            if name in pairs and values[name] == values[pairs[name][1]]:
+                parts.append(f"{pairs[name][0]}={value}")
+            else:
+                parts.append(f"{name}={value}")
+        return f"{self.op}({','.join(parts)},dtype={self.dtype})"
 
     def __str__(self) -> str:
         return self.key
@@ -55,6 +66,10 @@ class Workload:
     @property
     def flops(self) -> int:
         return self.spec.flops(self.params)
+
+
+def _first_of(spec: OperatorSpec, second: str) -> str:
+    return next(first for _, (first, other) in spec.axis_pairs if other == second)
 
 
 def parse_workload(text: str) -> Workload:
@@ -93,26 +108,52 @@ def make_workload(op: str, args: dict[str, object]) -> Workload:
     dtype = str(args.pop("dtype", "float32"))
     if dtype not in SUPPORTED_DTYPES:
         raise WorkloadError(f"unsupported dtype {dtype!r}; supported: {', '.join(SUPPORTED_DTYPES)}")
-    unknown = [name for name in args if name not in spec.params]
+    for short, (first, second) in spec.axis_pairs:
+        if short in args:
+            if first in args or second in args:
+                raise WorkloadError(f"give {short} or {first}/{second} of {op}, not both")
+            args[first] = args[second] = args.pop(short)
+    names = spec.param_names
+    unknown = [name for name in args if name not in names]
     if unknown:
-        raise WorkloadError(
-            f"unknown argument {unknown[0]!r} for {op}; expected {', '.join(spec.params)}"
-        )
+        raise WorkloadError(f"unknown argument {unknown[0]!r} for {op}; expected {spec.signature}")
     sizes = []
-    for name in spec.params:
+    for param in spec.params:
+        name = param.name
         if name not in args:
-            raise WorkloadError(f"missing size {name} for {op}; expected {spec.signature}")
+            if param.default is None:
+                raise WorkloadError(f"missing size {name} for {op}; expected {spec.signature}")
+            sizes.append((name, param.default))
+            continue
         raw = args[name]
         try:
             value = _to_int(raw)
         except ValueError:
             raise WorkloadError(f"size {name}={raw} of {op} is not an integer") from None
-        if value <= 0:
-            raise WorkloadError(f"size {name}={value} of {op} must be positive")
+        if value < param.minimum:
+            requirement = "must be positive" if param.minimum == 1 else f"must be at least {param.minimum}"
+            raise WorkloadError(f"size {name}={value} of {op} {requirement}")
         if value > spec.max_size:
             raise WorkloadError(f"size {name}={value} of {op} exceeds the limit {spec.max_size}")
         sizes.append((name, value))
-    return Workload(op=op, sizes=tuple(sizes), dtype=dtype)
+    workload = Workload(op=op, sizes=tuple(sizes), dtype=dtype)
+    _check_shapes(workload)
+    return workload
+
+
+def _check_shapes(workload: Workload) -> None:
+    spec, params = workload.spec, workload.params
+    try:
+        shapes = spec.array_shapes(params)
+    except ValueError as exc:  # e.g. a window larger than the padded input
+        raise WorkloadError(f"{workload.op} with these sizes has no output: {exc}") from None
+    for shape in shapes:
+        if any(d < 1 for d in shape):
+            raise WorkloadError(f"{workload.op} with these sizes has an empty output {tuple(shape)}: "
+                                "the window does not fit the (padded) input")
+        if elements(shape) > spec.max_elements:
+            raise WorkloadError(f"{workload.op} with these sizes needs an array of {elements(shape)} elements, "
+                                f"more than the limit {spec.max_elements}")
 
 
 def _to_int(raw: object) -> int:
