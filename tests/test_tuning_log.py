@@ -9,6 +9,7 @@ cannot be reached.
 from __future__ import annotations
 
 import io
+import re
 import json
 import os
 import threading
@@ -380,8 +381,9 @@ def test_corrupt_or_foreign_sqlite_file_raises_tuning_log_error(tmp_path):
     with engine.begin() as conn:
         conn.exec_driver_sql("CREATE TABLE trials (id INTEGER PRIMARY KEY, what TEXT)")
     engine.dispose()
-    with pytest.raises(TuningLogError, match="lacks column"):
+    with pytest.raises(TuningLogError, match="is not a tunefleet tuning log") as info:
         TuningLog(f"sqlite:///{foreign}")
+    assert "\n" not in str(info.value)
 
 
 def test_closed_log_refuses_calls(tmp_path):
@@ -524,3 +526,331 @@ def test_resolve_db_url_reports_uncreatable_directory(tmp_path):
     blocker.write_text("")
     with pytest.raises(settings.SettingsError, match="cannot create directory"):
         settings.resolve_db_url(str(blocker / "sub" / "tuning.db"))
+
+
+# -- device patterns, history, best per group -------------------------------------------------------
+def test_device_key_patterns_and_best_across_devices(log):
+    log.record_trials([
+        trial({"i": 1}, mean=0.30, device="x86_64-epyc-2c-avx2"),
+        trial({"i": 2}, mean=0.10, device="x86_64-xeon-8c-avx512", at=1),
+        trial({"i": 3}, mean=0.05, device="aarch64-pi-4c-neon", at=2),
+        trial({"i": 4}, mean=0.20, device="X86_64-upper", at=3),
+    ])
+    assert log.device_keys("x86_64-*") == ["x86_64-epyc-2c-avx2", "x86_64-xeon-8c-avx512"]  # case-sensitive
+    assert log.device_keys("*-[0-9]c-*") == ["aarch64-pi-4c-neon", "x86_64-epyc-2c-avx2", "x86_64-xeon-8c-avx512"]
+    assert log.resolve_device_keys("x86_64-?pyc*") == ["x86_64-epyc-2c-avx2"]
+    assert log.resolve_device_keys("unknown-host") == ["unknown-host"]
+    assert log.resolve_device_keys("nothing-*") == []
+    keys = log.resolve_device_keys("x86_64-*")
+    assert [(r.config["i"], r.device_key) for r in log.best(WL, keys, top=5)] == [
+        (2, "x86_64-xeon-8c-avx512"), (1, "x86_64-epyc-2c-avx2")]
+    assert log.best(WL, [], top=5) == []
+    assert log.best(WL, "aarch64-pi-4c-neon")[0].config == {"i": 3}
+    assert log.tuned_workload_keys("matmul", "float32", keys) == [WL]
+    assert log.tuned_workload_keys("matmul", "float64", keys) == []
+
+
+def test_trials_limit_keeps_the_most_recent_and_count(log):
+    log.record_trials(trial({"k": i}, "ok" if i % 3 else "compile_error", at=100 - i) for i in range(10))
+    assert [r.config["k"] for r in log.trials(WL, limit=3)] == [2, 1, 0]  # newest three, oldest first
+    assert [r.config["k"] for r in log.trials(WL, "dev-a", "cpu", "ok", limit=2)] == [2, 1]
+    assert len(log.trials(WL, limit=100)) == 10
+    assert log.count_trials(WL) == 10 and log.count_trials(WL, status="compile_error") == 4
+    assert log.count_trials(WL, ["dev-a", "dev-b"], "cpu") == 10 and log.count_trials(WL2) == 0
+    with pytest.raises(ValueError):
+        log.trials(limit=0)
+
+
+def test_best_per_group_ranks_like_best(log):
+    for device in ("dev-a", "dev-b"):
+        log.record_trials(trial({"i": i}, mean=m, device=device, at=i) for i, m in enumerate([0.3, 0.1, 0.2, 0.1]))
+    log.record_trial(trial({"i": 9}, mean=0.5, workload=WL2))
+    log.record_trial(trial({"i": 8}, "runtime_error", workload=WL2))
+    groups = log.best_per_group(2)
+    assert [(r.workload_key, r.device_key, r.config["i"]) for r in groups] == [  # WL2 sorts first: "M=1" < "M=6"
+        (WL2, "dev-a", 9), (WL, "dev-a", 1), (WL, "dev-a", 3), (WL, "dev-b", 1), (WL, "dev-b", 3)]
+    assert log.best_per_group(2, workload_key=WL, device_key="dev-b") == log.best(WL, "dev-b", top=2)
+    assert log.best_per_group(1, device_key=["dev-b"], target="gpu") == []
+
+
+# -- pruning -------------------------------------------------------------------------------------------
+def test_prune_keeps_the_k_best_ok_trials_and_failed_ones(log):
+    job = log.create_job(WL, "dev-a", "cpu", "random", 10)
+    means = [0.5, 0.1, 0.4, 0.2, 0.3]
+    log.record_trials(trial({"i": i}, mean=m, at=i, job_id=job) for i, m in enumerate(means))
+    log.record_trials([trial({"f": 1}, "compile_error"), trial({"f": 2}, "run_timeout")])
+    log.record_trials(trial({"i": i}, mean=m, device="dev-b", at=i) for i, m in enumerate(means))
+    log.record_trials(trial({"i": i}, mean=m, workload=WL2, at=i) for i, m in enumerate(means))
+
+    dry = log.prune(2, WL, dry_run=True)
+    assert (dry.groups, dry.deleted_ok, dry.deleted_failed, dry.kept) == (2, 6, 0, 6)
+    assert log.count_trials() == 17
+    summary = log.prune(2, WL, "dev-a")
+    assert (summary.groups, summary.deleted_ok, summary.deleted_failed, summary.kept) == (1, 3, 0, 4)
+    assert sorted(r.config.get("i", r.config.get("f")) for r in log.trials(WL, "dev-a")) == [1, 1, 2, 3]
+    assert [r.config["i"] for r in log.best(WL, "dev-a", top=10)] == [1, 3]
+    # Pruned configs are no longer "measured": a tuner may measure them again.
+    assert len(log.measured_digests(WL, "dev-a", "cpu")) == 4
+    assert log.get_job(job).status == "running"  # jobs are untouched
+    assert log.record_trial(trial({"i": 0}, mean=0.5, job_id=job)) is True
+
+    everything = log.prune(1, drop_failed=True)
+    assert (everything.deleted_ok, everything.deleted_failed, everything.groups) == (2 + 4 + 4, 2, 3)
+    assert sorted((r.workload_key, r.device_key) for r in log.trials()) == sorted(
+        [(WL, "dev-a"), (WL, "dev-b"), (WL2, "dev-a")])
+    assert log.prune(0, device_key=["dev-b"]).deleted_ok == 1
+    assert log.prune(0, device_key=[]).deleted == 0
+    with pytest.raises(ValueError):
+        log.prune(-1)
+
+
+# -- nearest ---------------------------------------------------------------------------------------------
+class _StubTemplate:
+    """A matmul template with one split knob, one shape-dependent choice and one plain choice."""
+
+    op, target, version = "matmul", "cpu", "stub"
+
+    def space(self, workload):
+        from measure_agent.space import ChoiceKnob, ConfigSpace, SplitKnob
+
+        k = workload["K"]
+        return ConfigSpace([
+            SplitKnob("tile_m", workload["M"], ((2, 4, 8, 16),)),
+            ChoiceKnob("kc", tuple(sorted(({16, 32, 64} & set(range(1, k + 1))) | {k}))),
+            ChoiceKnob("unroll", (1, 2)),
+        ])
+
+
+def _stub_catalog():
+    from measure_agent.templates import TemplateCatalog
+
+    return TemplateCatalog("stub", [_StubTemplate()])
+
+
+def _mm(m, n, k, dtype="float32"):
+    return f"matmul(M={m},N={n},K={k},dtype={dtype})"
+
+
+def test_workload_distance_is_log_distance_over_sizes():
+    from measure_agent.workload import parse_workload
+    from tuner.log import workload_distance
+
+    a = parse_workload(_mm(64, 64, 64))
+    assert workload_distance(a, parse_workload(_mm(128, 64, 64))) == 1.0
+    assert workload_distance(a, parse_workload(_mm(32, 64, 64))) == 1.0
+    assert workload_distance(a, parse_workload(_mm(128, 128, 32))) == pytest.approx(3 ** 0.5)
+    assert workload_distance(a, parse_workload(_mm(64, 64, 64, "float64"))) == float("inf")
+
+
+def test_find_best_exact_then_nearest_valid_config(log):
+    from tuner.log import find_best
+
+    catalog = _stub_catalog()
+    want = _mm(64, 64, 48)
+    # Distance from want: (128,64,48) is 1, (64,64,96) is 1 with a smaller FLOP gap? no: equal gaps -> key.
+    log.record_trials([
+        trial({"tile_m": [8, 16], "kc": 64, "unroll": 1}, mean=0.1, workload=_mm(128, 64, 64)),   # kc 64 > 48
+        trial({"tile_m": [8, 16], "kc": 32, "unroll": 2}, mean=0.2, workload=_mm(128, 64, 64), at=1),
+        trial({"tile_m": [1, 8], "kc": 48, "unroll": 1}, mean=0.01, workload=_mm(1024, 1024, 48)),  # far away
+        trial({"tile_m": [16, 4], "kc": 16, "unroll": 1}, mean=0.05, workload=_mm(64, 64, 48, "float64")),
+        trial({"tile_m": [8, 8], "kc": 16, "unroll": 1}, mean=0.05, workload=_mm(64, 64, 16), device="dev-b"),
+        trial({"tile_m": [1, 8], "kc": 16, "unroll": 1}, mean=0.3, workload=_mm(64, 64, 16), target="gpu"),
+    ])
+    assert find_best(log, want, ["dev-a"], catalog=catalog) == []
+    [match] = find_best(log, want, ["dev-a"], nearest=True, catalog=catalog)
+    assert match.approximate and match.tuned_workload == _mm(128, 64, 64)
+    assert match.distance == pytest.approx((1 + __import__("math").log2(64 / 48) ** 2) ** 0.5)
+    # The fastest config (kc=64) is not valid for K=48; the next one is, its split outer recomputed.
+    assert match.record.config == {"tile_m": [8, 16], "kc": 32, "unroll": 2}
+    assert match.config == {"tile_m": [4, 16], "kc": 32, "unroll": 2}
+    data = match.to_json()
+    assert data["approximate"] is True and data["tuned_workload"] == _mm(128, 64, 64)
+    assert data["workload"] == want and data["tuned_config"] == match.record.config
+    assert data["gflops"] == pytest.approx(2 * 128 * 64 * 64 / 0.2 / 1e9)
+
+    # Several devices: the nearest over all of them (dev-b's (64,64,16) is at distance log2(3)).
+    [both] = find_best(log, want, ["dev-a", "dev-b"], nearest=True, catalog=catalog)
+    assert both.tuned_workload == _mm(128, 64, 64)
+    [other] = find_best(log, want, ["dev-b"], nearest=True, catalog=catalog)
+    assert other.tuned_workload == _mm(64, 64, 16) and other.config == {"tile_m": [8, 8], "kc": 16, "unroll": 1}
+    assert find_best(log, want, ["dev-c"], nearest=True, catalog=catalog) == []
+    assert find_best(log, _mm(64, 64, 48, "float64"), ["dev-a"], nearest=True, catalog=catalog)[0].approximate is False
+
+    # An exact match wins, and comes alone; top K.
+    log.record_trial(trial({"tile_m": [4, 16], "kc": 48, "unroll": 1}, mean=0.9, workload=want))
+    [exact] = find_best(log, want, ["dev-a"], nearest=True, top=3, catalog=catalog)
+    assert not exact.approximate and exact.distance == 0 and exact.config == {"tile_m": [4, 16], "kc": 48, "unroll": 1}
+    assert exact.to_json()["tuned_workload"] == want and "distance" not in exact.to_json()
+    # validate drops exact configs the template no longer accepts.
+    log.record_trial(trial({"tile_m": [4, 16], "kc": 48, "unroll": 3}, mean=0.01, workload=want))
+    assert find_best(log, want, ["dev-a"], catalog=catalog)[0].config["unroll"] == 3
+    assert find_best(log, want, ["dev-a"], validate=True, catalog=catalog)[0].config["unroll"] == 1
+
+
+# -- best-configs files --------------------------------------------------------------------------------
+def test_best_file_round_trip_and_queries(log, tmp_path):
+    from tuner.log import BestConfigs, BestFileError, export_best, find_best, load_best_file
+    from tuner.log.bestfile import loads_best
+
+    log.upsert_device("dev-a", {"arch": "x86_64", "cores": 2})
+    for device in ("dev-a", "dev-b"):
+        log.record_trials(trial({"tile_m": [16, 4], "kc": 16, "unroll": u}, mean=m, device=device, at=u)
+                          for u, m in ((1, 0.2), (2, 0.1)))
+    log.record_trial(trial({"tile_m": [16, 4], "kc": 16, "unroll": 1}, "compile_error", workload=WL2))
+    buffer = io.StringIO()
+    assert export_best(log, buffer, top=1) == 2
+    doc = json.loads(buffer.getvalue())
+    assert (doc["format"], doc["version"], doc["top"]) == ("tunefleet-best", 1, 1)
+    assert doc["devices"] == {"dev-a": {"arch": "x86_64", "cores": 2}, "dev-b": {}}
+    assert [(e["device_key"], e["rank"], e["config"]["unroll"]) for e in doc["entries"]] == [("dev-a", 1, 2), ("dev-b", 1, 2)]
+    assert set(doc["entries"][0]) == {"workload", "device_key", "target", "rank", "config", "status", "mean_s", "costs",
+                                      "compile_time_s", "message", "agent", "template_version", "timestamp"}
+    again = io.StringIO()
+    export_best(log, again, top=1)
+    assert again.getvalue() == buffer.getvalue()  # deterministic
+
+    path = tmp_path / "best.json"
+    top2 = io.StringIO()
+    export_best(log, top2, top=2, device_key=["dev-a"])
+    path.write_text(top2.getvalue())
+    configs = load_best_file(path)
+    assert isinstance(configs, BestConfigs) and len(configs) == 2
+    assert configs.best(WL, "dev-a", top=2) == log.best(WL, "dev-a", top=2)
+    assert configs.best("matmul(K=64,N=64,M=64)", ["dev-a", "dev-b"]) == log.best(WL, "dev-a")
+    assert configs.device_keys("dev-*") == ["dev-a"] and configs.device_info("dev-a")["cores"] == 2
+    assert configs.tuned_workload_keys("matmul", "float32", "dev-a") == [WL]
+    [near] = find_best(configs, _mm(32, 64, 64), "dev-a", nearest=True, catalog=_stub_catalog())
+    assert near.approximate and near.config == {"tile_m": [8, 4], "kc": 16, "unroll": 2}
+
+    for text, problem in [
+        ("{", "line 1: not valid JSON"),
+        ('{"format": "tunefleet-log"}', "JSON-lines tuning log"),
+        ('{"format": "tunefleet-best", "version": 2, "entries": []}', "unsupported version 2"),
+        ('{"format": "tunefleet-best", "version": 1, "entries": {}}', "'entries' must be a list"),
+        ('{"format": "tunefleet-best", "version": 1, "entries": [{"workload": "x"}]}', "entries[0]: missing field"),
+    ]:
+        with pytest.raises(BestFileError, match=re.escape(problem)) as info:
+            loads_best(text, "f.json")
+        assert str(info.value).startswith("f.json: ") and "\n" not in str(info.value)
+    bad = json.loads(top2.getvalue())
+    bad["entries"][1]["status"] = "compile_error"
+    bad["entries"][1]["mean_s"] = None
+    with pytest.raises(BestFileError, match=r"entries\[1\]: status is 'compile_error'"):
+        loads_best(json.dumps(bad))
+
+
+# -- merging logs from several sites ------------------------------------------------------------------------
+def _jsonl(records, info):
+    return "".join(json.dumps(r.to_json(info), sort_keys=True) + "\n" for r in records)
+
+
+def test_import_of_several_sites_merges_and_reports_device_conflicts(new_db):
+    from tuner.log import DeviceInfoConflict, import_sources
+
+    site_a = _jsonl([trial({"t": i}, at=i) for i in range(3)], {"cores": 2, "numba_version": "0.59"})
+    site_b = _jsonl([trial({"t": i}, at=i) for i in range(2, 5)], {"cores": 2, "numba_version": "0.60"})
+    site_c = _jsonl([trial({"t": 9}, device="dev-c")], {})
+    with TuningLog(new_db()) as log:
+        summary = import_sources(log, [("a.jsonl", io.StringIO(site_a)), ("b.jsonl", io.StringIO(site_b)),
+                                       ("c.jsonl", io.StringIO(site_c))])
+        assert (summary.read, summary.inserted, summary.duplicates, summary.sources) == (7, 6, 1, 3)
+        [conflict] = summary.conflicts
+        assert (conflict.device_key, conflict.kept, conflict.other, conflict.fields) == (
+            "dev-a", "a.jsonl line 1", "b.jsonl line 1", ("numba_version",))
+        assert "b.jsonl line 1 differs from a.jsonl line 1 in numba_version" in conflict.describe()
+        assert log.device_info("dev-a")["numba_version"] == "0.59" and log.device_info("dev-c") == {}
+
+        # Against the log: keep (default) reports, replace overwrites, error imports nothing.
+        again = import_sources(log, [("b.jsonl", io.StringIO(site_b))])
+        assert again.inserted == 0 and again.conflicts[0].kept == "the log"
+        with pytest.raises(DeviceInfoConflict, match="device dev-a: info from b.jsonl line 1 differs from the log"):
+            import_sources(log, [("c.jsonl", io.StringIO(site_c)), ("b.jsonl", io.StringIO(site_b))],
+                           device_info="error")
+        assert log.device_keys() == ["dev-a", "dev-c"]
+        replaced = import_sources(log, [("b.jsonl", io.StringIO(site_b))], device_info="replace")
+        assert replaced.conflicts[0].kept == "b.jsonl line 1"
+        assert log.device_info("dev-a")["numba_version"] == "0.60"
+        # An empty info never replaces a real one.
+        import_sources(log, [("x", io.StringIO(_jsonl([trial({"t": 7})], {})))], device_info="replace")
+        assert log.device_info("dev-a")["numba_version"] == "0.60"
+
+        # A bad line in any file: nothing of any file is imported, and the file is named.
+        broken = site_b.splitlines()[0] + "\n{oops\n"
+        with pytest.raises(LogFormatError) as info:
+            import_sources(log, [("new.jsonl", io.StringIO(_jsonl([trial({"t": 50})], {}))),
+                                 ("broken.jsonl", io.StringIO(broken))])
+        assert (info.value.source, info.value.line) == ("broken.jsonl", 2)
+        assert not any(r.config == {"t": 50} for r in log.trials())
+
+
+def test_import_reads_best_configs_files(log, tmp_path):
+    from tuner.log import export_best
+
+    with TuningLog(f"sqlite:///{tmp_path / 'site.db'}") as site:
+        site.upsert_device("dev-s", {"cores": 64})
+        site.record_trials(trial({"t": i}, mean=0.1 * (i + 1), device="dev-s", at=i) for i in range(4))
+        buffer = io.StringIO()
+        export_best(site, buffer, top=2)
+        expected = site.best(WL, "dev-s", top=2)
+    summary = import_trials(log, io.StringIO(buffer.getvalue()))
+    assert (summary.read, summary.inserted) == (2, 2)
+    assert log.best(WL, "dev-s", top=5) == expected and log.device_info("dev-s") == {"cores": 64}
+    compact = json.dumps(json.loads(buffer.getvalue()))  # one line: recognised by its format
+    assert import_trials(log, io.StringIO(compact)).duplicates == 2
+    with pytest.raises(LogFormatError, match="best-configs file: entries"):
+        import_trials(log, io.StringIO(buffer.getvalue().replace('"status": "ok"', '"status": "fast"', 1)))
+
+
+# -- processes -------------------------------------------------------------------------------------------------
+WRITER = r"""
+import os, sys, time
+from datetime import datetime, timedelta, timezone
+from tuner.log import TrialRecord, TuningLog
+
+url, seed, go, count = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+t0 = datetime(2024, 5, 1, tzinfo=timezone.utc)
+records = [TrialRecord("matmul(M=64,N=64,K=64)", f"dev-{i % 3}", "cpu", {"t": i}, "ok", (1.0,), 1.0 + i,
+                       created_at=t0 + timedelta(microseconds=i)) for i in range(count)]
+print("ready", flush=True)
+deadline = time.monotonic() + 60
+while not os.path.exists(go):
+    if time.monotonic() > deadline:
+        sys.exit("no go")
+    time.sleep(0.005)
+inserted = 0
+with TuningLog(url) as log:  # opening (and creating) a fresh database at once is part of the test
+    mine = records[seed::4]
+    inserted += log.record_trials(mine[: len(mine) // 2])
+    for record in (records[::-1] if seed % 2 else records):
+        inserted += log.record_trial(record)
+print(inserted, flush=True)
+"""
+
+
+def test_processes_writing_at_once_lose_and_duplicate_nothing(new_db, tmp_path):
+    import subprocess
+    import sys
+
+    url, count, writers = new_db(), 24, 4
+    script = tmp_path / "writer.py"
+    script.write_text(WRITER)
+    go = tmp_path / "go"
+    procs = [subprocess.Popen([sys.executable, str(script), url, str(n), str(go), str(count)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for n in range(writers)]
+    try:
+        for proc in procs:
+            assert proc.stdout.readline().strip() == "ready", proc.stderr.read()
+        go.touch()
+        outputs = [proc.communicate(timeout=180) for proc in procs]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+    assert [proc.returncode for proc in procs] == [0] * writers, [err for _, err in outputs]
+    assert sum(int(out.split()[-1]) for out, _ in outputs) == count
+    with TuningLog(url) as log:
+        stored = log.trials()
+        assert len(stored) == count
+        assert sorted(r.config["t"] for r in stored) == list(range(count))
+        assert log.device_keys() == ["dev-0", "dev-1", "dev-2"]
+        assert log.workload_keys() == ["matmul(M=64,N=64,K=64,dtype=float32)"]

@@ -29,22 +29,24 @@ def default_db_path() -> Path:
     return base / "tunefleet" / "tuning.db"
 
 
-def resolve_db_url(cli_value: str | None) -> str:
+def resolve_db_url(cli_value: str | None, *, create_directory: bool = True) -> str:
     """The SQLAlchemy URL of the tuning log.
 
     ``cli_value`` wins when non-empty, then ``$TUNEFLEET_DB`` when non-empty, then
     :func:`default_db_path`. A value without ``://`` is a filesystem path and becomes a
     ``sqlite:///`` URL of its absolute form (``~`` expanded). For a SQLite file URL the file's
-    directory is created, so a first run works out of the box; failing that raises
-    :class:`SettingsError`. Other URLs are returned unchanged; whether they work is for the tuning
-    log to find out.
+    directory is created (unless ``create_directory`` is false: applications that only read the
+    log must not leave directories behind), so a first run works out of the box; failing that
+    raises :class:`SettingsError`. Other URLs are returned unchanged; whether they work is for the
+    tuning log to find out.
     """
     value = (cli_value or "").strip() or os.environ.get(DB_ENV_VAR, "").strip()
     if not value:
         value = str(default_db_path())
     if "://" not in value:
         value = "sqlite:///" + str(Path(value).expanduser().absolute())
-    _ensure_sqlite_directory(value)
+    if create_directory:
+        _ensure_sqlite_directory(value)
     return value
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tuner.cli import best, daemon, fleet, kernel, logfile, tune
+from tuner.cli import best, daemon, db, fleet, history, kernel, logfile, strategies, tune
 from tuner.cli.common import CliError
 
-COMMAND_MODULES = (tune, best, kernel, logfile, daemon, fleet)
+COMMAND_MODULES = (tune, best, kernel, logfile, daemon, fleet, db, history, strategies)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -16,44 +16,59 @@ from tuner.cli.common import (
     workload_arg,
 )
 
+DEVICE_KEY_HELP = ("device key (default: this host's key); a glob such as 'x86_64-*' ranks the trials of all "
+                   "matching devices together")
+NEAREST_HELP = (
+    "if the workload was never tuned on the device, use the nearest tuned workload of the same operator and "
+    "dtype: smallest log-distance over sizes, sqrt(sum(log2(a/b)^2)), whose config is valid for this shape "
+    "(split tiles are kept, their outer counts recomputed). Flagged approximate."
+)
+
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("best", help="the fastest recorded config of a workload on a device")
+    p = subparsers.add_parser("best", help="the fastest recorded config of a workload on a device",
+                              description="The fastest recorded configs of a workload on a device.")
     p.add_argument("--workload", required=True, help=WORKLOAD_HELP)
     p.add_argument("--target", default="cpu")
     p.add_argument("--top", type=positive_int, default=1, help="show the K best (JSON: a list when K > 1)")
-    p.add_argument("--json", action="store_true", help="print JSON")
-    add_db_arguments(p)
+    p.add_argument("--nearest", action="store_true", help=NEAREST_HELP)
+    p.add_argument("--json", action="store_true",
+                   help="print JSON (with 'approximate' and 'tuned_workload'; approximate results add 'distance')")
+    add_db_arguments(p, device=False)
+    p.add_argument("--device-key", help=DEVICE_KEY_HELP)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from tuner.job import gflops
+    from measure_agent.templates import TemplateNotFound
+    from tuner.log import find_best
 
     workload = workload_arg(args.workload)
     device_key = args.device_key or local_device_key()
     with open_log(args.db) as log:
-        records = log.best(workload.key, device_key, args.target, top=args.top)
-    if not records:
-        raise CliError(f"no successful trial of {workload.key} on device {device_key} (target {args.target})",
+        keys = log.resolve_device_keys(device_key)
+        try:
+            matches = find_best(log, workload, keys, args.target, args.top, nearest=args.nearest)
+        except TemplateNotFound as exc:
+            raise CliError(str(exc)) from None
+    if not matches:
+        devices = f"device {device_key}" if keys == [device_key] else f"devices matching {device_key} ({len(keys)})"
+        nearby = f"; no tuned {workload.op}/{workload.dtype} workload has a config valid for it" if args.nearest else ""
+        raise CliError(f"no successful trial of {workload.key} on {devices} (target {args.target}){nearby}",
                        EXIT_FAILURE)
-    rows = [
-        {
-            "workload": r.workload_key,
-            "device_key": r.device_key,
-            "target": r.target,
-            "config": r.config,
-            "mean_s": r.mean_s,
-            "gflops": gflops(workload, r.mean_s),
-            "costs": list(r.costs),
-            "measured_at": r.created_at.isoformat(),
-        }
-        for r in records
-    ]
+    rows = [m.to_json() for m in matches]
     if args.json:
         print(json.dumps(rows[0] if args.top == 1 else rows, sort_keys=True))
         return 0
-    for rank, row in enumerate(rows, 1):
-        print(f"#{rank} {row['mean_s'] * 1e3:.4f} ms  {row['gflops']:.2f} GFLOPS  {json.dumps(row['config'], sort_keys=True)}")
-    print(f"workload {workload.key} on {device_key} ({args.target})")
+    for rank, (match, row) in enumerate(zip(matches, rows), 1):
+        gflops = f"{row['gflops']:.2f} GFLOPS" if row["gflops"] else "- GFLOPS"
+        device = f"  {match.device_key}" if len(keys) > 1 else ""
+        print(f"#{rank} {row['mean_s'] * 1e3:.4f} ms  {gflops}{device}  {json.dumps(row['config'], sort_keys=True)}")
+    first = matches[0]
+    if first.approximate:
+        print(f"APPROXIMATE: {workload.key} was never tuned on {device_key}; these configs were tuned for "
+              f"{first.tuned_workload} (nearest tuned shape, log-distance {first.distance:.2f}); "
+              "times are that workload's")
+    else:
+        print(f"workload {workload.key} on {device_key} ({args.target})")
     return 0

@@ -1,6 +1,31 @@
-"""The tuning log: measured results of every trial, in SQLite or PostgreSQL, and its JSON lines form."""
+"""The tuning log: measured results of every trial, in SQLite or PostgreSQL, and its file forms.
 
-from tuner.log.jsonl import ImportSummary, LogFormatError, export_trials, import_trials
+* :class:`TuningLog` (``storage``): the database; its schema is versioned by Alembic migrations
+  (``migrate``, ``migrations/``).
+* ``jsonl``: every trial as JSON lines (export, import, merging logs from several sites).
+* ``bestfile``: the best configs only, as one small versioned JSON file for applications.
+* ``lookup``: which config to use for a workload (exact best, else the nearest tuned shape).
+"""
+
+from tuner.log.bestfile import (
+    BEST_FORMAT,
+    BEST_VERSION,
+    BestConfigs,
+    BestFileError,
+    export_best,
+    load_best_file,
+)
+from tuner.log.jsonl import (
+    DEVICE_INFO_POLICIES,
+    DeviceConflict,
+    DeviceInfoConflict,
+    ImportSummary,
+    LogFormatError,
+    export_trials,
+    import_sources,
+    import_trials,
+)
+from tuner.log.lookup import BestMatch, find_best, workload_distance
 from tuner.log.records import (
     LOG_FORMAT,
     LOG_VERSION,
@@ -10,9 +35,17 @@ from tuner.log.records import (
     TrialRecord,
 )
 from tuner.log.schema import FINAL_JOB_STATUSES, JOB_STATUSES
-from tuner.log.storage import NotFoundError, TuningLog, TuningLogError
+from tuner.log.storage import NotFoundError, PruneSummary, TuningLog, TuningLogError, is_device_pattern
 
 __all__ = [
+    "BEST_FORMAT",
+    "BEST_VERSION",
+    "BestConfigs",
+    "BestFileError",
+    "BestMatch",
+    "DEVICE_INFO_POLICIES",
+    "DeviceConflict",
+    "DeviceInfoConflict",
     "FINAL_JOB_STATUSES",
     "ImportSummary",
     "JOB_STATUSES",
@@ -21,11 +54,18 @@ __all__ = [
     "LOG_VERSION",
     "LogFormatError",
     "NotFoundError",
+    "PruneSummary",
     "RecordError",
     "TRIAL_STATUSES",
     "TrialRecord",
     "TuningLog",
     "TuningLogError",
+    "export_best",
     "export_trials",
+    "find_best",
+    "import_sources",
     "import_trials",
+    "is_device_pattern",
+    "load_best_file",
+    "workload_distance",
 ]

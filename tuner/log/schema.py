@@ -1,6 +1,7 @@
 """Tables of the tuning log (SQLAlchemy 2.x declarative models).
 
-The whole schema lives here so that migrations have one module to follow. Constraint names come
+The whole schema lives here; the migrations in :mod:`tuner.log.migrations` build exactly this
+schema at their head revision (a test compares the two), so a change here needs a new revision. Constraint names come
 from :data:`NAMING_CONVENTION`, so migrations can refer to them by stable names on every backend.
 
 Normalisation: a workload and a device are each one row, referred to by id from jobs and trials.
@@ -69,6 +70,7 @@ class WorkloadRow(Base):
     """A workload by its canonical key (``matmul(M=512,N=512,K=512,dtype=float32)``)."""
 
     __tablename__ = "workloads"
+    __table_args__ = (Index("ix_workloads_op_dtype", "op", "dtype"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     key: Mapped[str] = mapped_column(String, unique=True)

@@ -9,9 +9,16 @@ Contract of :class:`TuningLog`:
   queries alike, so two spellings of one problem are one workload. An unparseable key raises
   :class:`~measure_agent.workload.WorkloadError` (a ``ValueError``).
 * Every write method is one transaction: it happens entirely or not at all.
-* Whatever goes wrong in the database (bad URL, server unreachable, corrupt or foreign file) raises
-  :class:`TuningLogError` with a one-line message; SQLAlchemy and driver exceptions do not escape.
+* Whatever goes wrong in the database (bad URL, server unreachable, corrupt or foreign file,
+  schema not at this tunefleet's revision) raises :class:`TuningLogError` with a one-line message;
+  SQLAlchemy and driver exceptions do not escape.
 * Timestamps are aware UTC datetimes with microseconds, in and out.
+* SQLite and PostgreSQL behave the same: device-key patterns are matched in Python
+  (:func:`fnmatch.fnmatchcase`), orders are on numbers and times with the row id as last tie-break.
+
+The schema is managed by Alembic migrations (:mod:`tuner.log.migrate`): opening a log checks that
+the database is at the head revision, and migrates an *empty* database there when ``create`` is
+true; anything else not at head is refused with a message saying to run ``tuner db upgrade``.
 
 SQLite files run in WAL mode with a 30 s busy timeout and foreign keys enforced; write transactions
 start with ``BEGIN IMMEDIATE`` so that concurrent writers queue on the busy timeout instead of
@@ -21,19 +28,26 @@ failing when a read lock cannot be upgraded.
 from __future__ import annotations
 
 import json
-import re
-import sqlite3
 from contextlib import contextmanager
-from typing import Any, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
-from sqlalchemy import Connection, Engine, create_engine, event, inspect, select, text, update
+from sqlalchemy import Connection, Engine, and_, case, delete, func, or_, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy.exc import IntegrityError
 
 from measure_agent.workload import parse_workload
 from tuner.log import schema
+from tuner.log.database import (
+    IMMEDIATE as _IMMEDIATE,
+    SQLITE_BUSY_TIMEOUT_S,
+    TuningLogError,
+    create_log_engine,
+    guard,
+    redact as _redact,
+)
 from tuner.log.records import (
     TRIAL_STATUSES,
     JobRecord,
@@ -43,14 +57,27 @@ from tuner.log.records import (
     utcnow,
 )
 
-SQLITE_BUSY_TIMEOUT_S = 30
-_IMMEDIATE = "tunefleet_begin_immediate"
-# Serialises table creation between processes opening a fresh PostgreSQL database at once.
-_PG_CREATE_LOCK = 0x74756E65666C6565
+GLOB_CHARS = frozenset("*?[")
+DeviceKeys = str | Sequence[str]
 
 
-class TuningLogError(Exception):
-    """The tuning log cannot do what was asked. The message is one line, fit for a user."""
+def is_device_pattern(text: str) -> bool:
+    """Whether a device key given by a user is a glob pattern (has ``*``, ``?`` or ``[``)."""
+    return any(c in GLOB_CHARS for c in text)
+
+
+@dataclass(frozen=True)
+class PruneSummary:
+    """What :meth:`TuningLog.prune` did (or, with ``dry_run``, would do)."""
+
+    groups: int  # workload/device/target groups that lost trials
+    deleted_ok: int
+    deleted_failed: int
+    kept: int  # trials left in the pruned scope
+
+    @property
+    def deleted(self) -> int:
+        return self.deleted_ok + self.deleted_failed
 
 
 class NotFoundError(TuningLogError, LookupError):
@@ -60,31 +87,25 @@ class NotFoundError(TuningLogError, LookupError):
 class TuningLog:
     """A tuning log in the database at ``url`` (any SQLAlchemy URL; SQLite and PostgreSQL tested).
 
-    Opening creates missing tables and checks that existing ones have the expected columns.
+    Opening checks the schema revision (see :mod:`tuner.log.migrate`): with ``create`` (the
+    default) an empty database is migrated to head, otherwise it is refused like any database not
+    at head. Applications that only read (``tuner.best_kernel``) open with ``create=False``.
     Usable as a context manager, which closes the log on exit; a closed log refuses all calls.
     """
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, create: bool = True) -> None:
+        from tuner.log.migrate import MISSING, SchemaState, sqlite_path, ensure_current, head_revision
+
         self._display_url = _redact(url)
         self._closed = False
-        try:
-            parsed = make_url(url)
-            kwargs: dict[str, Any] = {"pool_pre_ping": True}
-            if parsed.get_backend_name() == "sqlite":
-                kwargs["connect_args"] = {"timeout": SQLITE_BUSY_TIMEOUT_S}
-            elif parsed.get_backend_name() == "postgresql" and "connect_timeout" not in parsed.query:
-                kwargs["connect_args"] = {"connect_timeout": 10}
-            engine = create_engine(parsed, **kwargs)
-        except (SQLAlchemyError, ImportError, ValueError, TypeError) as exc:
-            raise TuningLogError(f"invalid database URL {self._display_url}: {_one_line(exc)}") from None
-        if engine.dialect.is_async:
-            raise TuningLogError(f"invalid database URL {self._display_url}: async drivers are not supported")
+        path = sqlite_path(url) if not create else None
+        if path is not None and not path.exists():  # do not leave an empty file behind
+            raise TuningLogError(SchemaState(self._display_url, MISSING, None, head_revision()).refusal())
+        engine = create_log_engine(url)
         self._engine: Engine = engine
         self._dialect = engine.dialect.name
-        if self._dialect == "sqlite":
-            _configure_sqlite(engine)
         try:
-            self._create_schema()
+            ensure_current(engine, self._display_url, create)
         except BaseException:
             engine.dispose()
             raise
@@ -232,11 +253,13 @@ class TuningLog:
         records: Iterable[TrialRecord],
         *,
         device_info: Mapping[str, Mapping[str, Any]] | None = None,
+        replace_device_info: bool = False,
     ) -> int:
         """Store trials in one transaction and return how many were new (duplicates are skipped).
 
         ``device_info`` maps device keys to info for devices the log does not know yet, or knows
-        without info; the info of a known device is kept (the log is the source of truth).
+        without info; the info of a known device is kept (the log is the source of truth) unless
+        ``replace_device_info``, which overwrites it.
         """
         records = list(records)
         for record in records:
@@ -248,7 +271,7 @@ class TuningLog:
         with self._write("record trials") as conn:
             ids = _IdCache(self, conn)
             for key, info_text in infos.items():
-                ids.device(key, info_text)
+                ids.device(key, info_text, replace=replace_device_info)
             return sum(self._insert_trial(conn, ids, record) for record in records)
 
     def measured_digests(self, workload_key: str, device_key: str, target: str) -> set[str]:
@@ -266,72 +289,185 @@ class TuningLog:
     def trials(
         self,
         workload_key: str | None = None,
-        device_key: str | None = None,
+        device_key: DeviceKeys | None = None,
         target: str | None = None,
         status: str | None = None,
         *,
         job_id: int | None = None,
+        limit: int | None = None,
     ) -> list[TrialRecord]:
-        """Trials matching every given filter, ordered by ``created_at`` then insertion order."""
+        """Trials matching every given filter, ordered by ``created_at`` then insertion order.
+
+        ``device_key`` is one key or a sequence of keys (any of them). With ``limit``, only the
+        ``limit`` most recent matching trials are returned (still oldest first).
+        """
         if status is not None and status not in TRIAL_STATUSES:
             raise ValueError(f"status {status!r} is not one of {', '.join(TRIAL_STATUSES)}")
+        if limit is not None and (type(limit) is not int or limit < 1):
+            raise ValueError(f"limit must be a positive integer, not {limit!r}")
         t = schema.trials
         stmt = self._trial_select(workload_key, device_key, target)
         if status is not None:
             stmt = stmt.where(t.c.status == status)
         if job_id is not None:
             stmt = stmt.where(t.c.job_id == job_id)
-        return self._fetch_trials(stmt.order_by(t.c.created_at, t.c.id))
+        if limit is None:
+            return self._fetch_trials(stmt.order_by(t.c.created_at, t.c.id))
+        newest = self._fetch_trials(stmt.order_by(t.c.created_at.desc(), t.c.id.desc()).limit(limit))
+        return newest[::-1]
 
-    def best(self, workload_key: str, device_key: str, target: str = "cpu", top: int = 1) -> list[TrialRecord]:
-        """Up to ``top`` ok trials, fastest (lowest ``mean_s``) first; ties go to the earlier trial."""
-        if type(top) is not int or top < 1:
+    def count_trials(
+        self,
+        workload_key: str | None = None,
+        device_key: DeviceKeys | None = None,
+        target: str | None = None,
+        status: str | None = None,
+    ) -> int:
+        """How many trials :meth:`trials` would return for these filters without a limit."""
+        t = schema.trials
+        inner = self._trial_select(workload_key, device_key, target)
+        if status is not None:
+            inner = inner.where(t.c.status == status)
+        with self._read("count trials") as conn:
+            return conn.execute(select(func.count()).select_from(inner.subquery())).scalar_one()
+
+    def best(self, workload_key: str, device_key: DeviceKeys, target: str = "cpu", top: int | None = 1) -> list[TrialRecord]:
+        """Up to ``top`` ok trials, fastest (lowest ``mean_s``) first; ties go to the earlier trial.
+
+        ``device_key`` is one key or a sequence of keys: with several, trials of all of them are
+        ranked together (each record names its device). ``top=None`` returns every ok trial.
+        """
+        if top is not None and (type(top) is not int or top < 1):
             raise ValueError(f"top must be a positive integer, not {top!r}")
         t = schema.trials
         stmt = (
             self._trial_select(workload_key, device_key, target)
             .where(t.c.status == "ok", t.c.mean_s.is_not(None))
             .order_by(t.c.mean_s, t.c.created_at, t.c.id)
-            .limit(top)
         )
+        if top is not None:
+            stmt = stmt.limit(top)
         return self._fetch_trials(stmt)
+
+    def best_per_group(
+        self,
+        top: int = 1,
+        workload_key: str | None = None,
+        device_key: DeviceKeys | None = None,
+        target: str | None = None,
+    ) -> list[TrialRecord]:
+        """The ``top`` fastest ok trials of every workload/device/target group (optionally only the
+        given workload, device(s), target), ordered by workload key, device key, target, then rank
+        (the order of :meth:`best`)."""
+        if type(top) is not int or top < 1:
+            raise ValueError(f"top must be a positive integer, not {top!r}")
+        t = schema.trials
+        rank = func.row_number().over(
+            partition_by=(t.c.workload_id, t.c.device_id, t.c.target),
+            order_by=(t.c.mean_s, t.c.created_at, t.c.id),
+        )
+        ranked = (
+            self._trial_select(workload_key, device_key, target)
+            .add_columns(rank.label("rank"))
+            .where(t.c.status == "ok", t.c.mean_s.is_not(None))
+            .subquery()
+        )
+        stmt = select(ranked).where(ranked.c.rank <= top).order_by(ranked.c.rank)
+        records = self._fetch_trials(stmt)
+        # Python's sort is stable: within a group the rank order of the query survives.
+        return sorted(records, key=lambda r: (r.workload_key, r.device_key, r.target))
+
+    def tuned_workload_keys(
+        self, op: str, dtype: str, device_key: DeviceKeys, target: str = "cpu"
+    ) -> list[str]:
+        """Keys of the workloads of operator ``op`` and ``dtype`` with at least one ok trial on
+        the device(s) and target, sorted."""
+        t, w, d = schema.trials, schema.workloads, schema.devices
+        stmt = (
+            select(w.c.key)
+            .distinct()
+            .join(t, t.c.workload_id == w.c.id)
+            .join(d, t.c.device_id == d.c.id)
+            .where(w.c.op == op, w.c.dtype == dtype, t.c.target == target, t.c.status == "ok")
+            .where(_key_filter(d.c.key, device_key))
+        )
+        with self._read("read workloads") as conn:
+            return sorted(conn.execute(stmt).scalars())
+
+    def prune(
+        self,
+        keep_best: int,
+        workload_key: str | None = None,
+        device_key: DeviceKeys | None = None,
+        target: str | None = None,
+        *,
+        drop_failed: bool = False,
+        dry_run: bool = False,
+    ) -> PruneSummary:
+        """Delete all but the ``keep_best`` fastest ok trials of every workload/device/target.
+
+        Failed trials (any status but ``ok``) are kept unless ``drop_failed``: they are what stops
+        a tuner from measuring a crashing or hanging config again. The kept ok trials are exactly
+        ``best(..., top=keep_best)``. One transaction. A pruned config is no longer "measured":
+        ``tune`` may measure it again (``--trials`` counts configs the log holds). Jobs are kept.
+        """
+        if type(keep_best) is not int or keep_best < 0:
+            raise ValueError(f"keep_best must be a non-negative integer, not {keep_best!r}")
+        t, w, d = schema.trials, schema.workloads, schema.devices
+        scope = []
+        if workload_key is not None:
+            scope.append(t.c.workload_id.in_(
+                select(w.c.id).where(w.c.key == canonical_workload_key(workload_key))))
+        if device_key is not None:
+            scope.append(t.c.device_id.in_(select(d.c.id).where(_key_filter(d.c.key, device_key))))
+        if target is not None:
+            scope.append(t.c.target == target)
+        rank = func.row_number().over(
+            partition_by=(t.c.workload_id, t.c.device_id, t.c.target),
+            order_by=(t.c.mean_s, t.c.created_at, t.c.id),
+        )
+        ranked = select(t.c.id, rank.label("rank")).where(*scope, t.c.status == "ok").subquery()
+        doomed = t.c.id.in_(select(ranked.c.id).where(ranked.c.rank > keep_best))
+        if drop_failed:
+            doomed = or_(doomed, and_(t.c.status != "ok", *scope))
+        is_ok = case((t.c.status == "ok", 1), else_=0)
+        per_group = (
+            select(func.sum(is_ok), func.count())
+            .where(doomed)
+            .group_by(t.c.workload_id, t.c.device_id, t.c.target)
+        )
+        with self._write("prune trials") as conn:
+            groups = conn.execute(per_group).all()
+            deleted_ok = sum(int(ok) for ok, _ in groups)
+            deleted_failed = sum(int(n) for _, n in groups) - deleted_ok
+            total = conn.execute(select(func.count()).select_from(t).where(*scope)).scalar_one()
+            if groups and not dry_run:
+                conn.execute(delete(t).where(doomed))
+        return PruneSummary(groups=len(groups), deleted_ok=deleted_ok, deleted_failed=deleted_failed,
+                            kept=total - deleted_ok - deleted_failed)
 
     def workload_keys(self) -> list[str]:
         """Keys of all workloads in the log, sorted."""
         with self._read("read workloads") as conn:
             return sorted(conn.execute(select(schema.workloads.c.key)).scalars())
 
-    def device_keys(self) -> list[str]:
-        """Keys of all devices in the log, sorted."""
+    def device_keys(self, pattern: str | None = None) -> list[str]:
+        """Keys of all devices in the log, sorted; with ``pattern``, those it matches as a glob
+        (``x86_64-*``; case-sensitive, the same on every backend)."""
         with self._read("read devices") as conn:
-            return sorted(conn.execute(select(schema.devices.c.key)).scalars())
+            keys = sorted(conn.execute(select(schema.devices.c.key)).scalars())
+        return keys if pattern is None else [k for k in keys if fnmatchcase(k, pattern)]
+
+    def resolve_device_keys(self, key_or_pattern: str) -> list[str]:
+        """A device key as a user gave it: a glob pattern becomes the matching keys, a plain key
+        stays itself (known to the log or not)."""
+        if is_device_pattern(key_or_pattern):
+            return self.device_keys(key_or_pattern)
+        return [key_or_pattern]
 
     # -- internals -----------------------------------------------------------------------
-    def _create_schema(self) -> None:
-        with self._guard("open the tuning log"), self._engine.connect() as conn:
-            conn.info[_IMMEDIATE] = True
-            with conn.begin():
-                if self._dialect == "postgresql":
-                    conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_CREATE_LOCK})
-                schema.metadata.create_all(conn)
-                inspector = inspect(conn)
-                for table in schema.metadata.sorted_tables:
-                    present = {c["name"] for c in inspector.get_columns(table.name)}
-                    missing = [c.name for c in table.columns if c.name not in present]
-                    if missing:
-                        raise TuningLogError(
-                            f"{self._display_url} is not a tuning log of this version: "
-                            f"table {table.name} lacks column {missing[0]}"
-                        )
-
-    @contextmanager
-    def _guard(self, action: str) -> Iterator[None]:
-        try:
-            yield
-        except TuningLogError:
-            raise
-        except (SQLAlchemyError, sqlite3.Error) as exc:
-            raise TuningLogError(f"cannot {action} at {self._display_url}: {_one_line(exc)}") from None
+    def _guard(self, action: str):
+        return guard(action, self._display_url)
 
     @contextmanager
     def _read(self, action: str) -> Iterator[Connection]:
@@ -400,7 +536,7 @@ class TuningLog:
         conflict = [t.c.workload_id, t.c.device_id, t.c.target, t.c.config_digest]
         return self._insert_ignore(conn, t, values, conflict)
 
-    def _trial_select(self, workload_key: str | None, device_key: str | None, target: str | None):
+    def _trial_select(self, workload_key: str | None, device_key: DeviceKeys | None, target: str | None):
         t, w, d = schema.trials, schema.workloads, schema.devices
         stmt = (
             select(t, w.c.key.label("workload_key"), d.c.key.label("device_key"))
@@ -410,7 +546,7 @@ class TuningLog:
         if workload_key is not None:
             stmt = stmt.where(w.c.key == canonical_workload_key(workload_key))
         if device_key is not None:
-            stmt = stmt.where(d.c.key == device_key)
+            stmt = stmt.where(_key_filter(d.c.key, device_key))
         if target is not None:
             stmt = stmt.where(t.c.target == target)
         return stmt
@@ -464,14 +600,17 @@ class _IdCache:
             )
         return self._workloads[key]
 
-    def device(self, key: str, info_text: str | None = None) -> int:
-        """Id of device ``key``; ``info_text`` fills in the info of a new or info-less device."""
+    def device(self, key: str, info_text: str | None = None, replace: bool = False) -> int:
+        """Id of device ``key``; ``info_text`` fills in the info of a new or info-less device, or
+        of any device with ``replace``."""
         if key not in self._devices or info_text is not None:
             table = schema.devices
             now = utcnow()
             values = {"key": key, "info": info_text or "{}", "first_seen": now, "last_seen": now}
             self._devices[key] = self._get_or_create(table, key, values)
-            if info_text is not None and info_text != "{}":
+            if info_text is not None and replace and info_text != "{}":
+                self._conn.execute(update(table).where(table.c.key == key).values(info=info_text))
+            elif info_text is not None and info_text != "{}":
                 self._conn.execute(
                     update(table).where(table.c.key == key, table.c.info == "{}").values(info=info_text)
                 )
@@ -498,22 +637,11 @@ class _IdCache:
         return int(found)
 
 
-def _configure_sqlite(engine: Engine) -> None:
-    @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_connection, connection_record) -> None:
-        # Take transaction control from the sqlite3 module so that BEGIN is ours to issue.
-        dbapi_connection.isolation_level = None
-        cursor = dbapi_connection.cursor()
-        try:
-            cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_S * 1000}")
-            cursor.execute("PRAGMA foreign_keys = ON")
-            cursor.execute("PRAGMA journal_mode = WAL")
-        finally:
-            cursor.close()
-
-    @event.listens_for(engine, "begin")
-    def _on_begin(conn: Connection) -> None:
-        conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.info.pop(_IMMEDIATE, False) else "BEGIN")
+def _key_filter(column, keys: DeviceKeys):
+    """``column == keys`` for one key, ``column IN keys`` for a sequence (none: matches nothing)."""
+    if isinstance(keys, str):
+        return column == keys
+    return column.in_(list(keys))
 
 
 def _insert_ignore_savepoint(conn: Connection, table, values: dict[str, Any]) -> bool:
@@ -539,17 +667,11 @@ def _json_object(name: str, value: Any) -> str:
         raise ValueError(f"{name} is not JSON-serialisable: {exc}") from None
 
 
-def _one_line(exc: BaseException) -> str:
-    """The first line of the driver's message, without SQLAlchemy's statement and links."""
-    source = getattr(exc, "orig", None) or exc
-    for line in str(source).splitlines():
-        if line.strip():
-            return line.strip()
-    return type(source).__name__
-
-
-def _redact(url: Any) -> str:
-    return re.sub(r"(//[^:/@]*:)[^@/]*@", r"\1***@", str(url))
-
-
-__all__ = ["NotFoundError", "SQLITE_BUSY_TIMEOUT_S", "TuningLog", "TuningLogError"]
+__all__ = [
+    "NotFoundError",
+    "PruneSummary",
+    "SQLITE_BUSY_TIMEOUT_S",
+    "TuningLog",
+    "TuningLogError",
+    "is_device_pattern",
+]

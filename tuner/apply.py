@@ -1,0 +1,299 @@
+"""Tuned kernels in applications: ``tuner.best_kernel(workload)`` -> a compiled callable.
+
+::
+
+    import numpy as np
+    import tuner
+
+    matmul = tuner.best_kernel("matmul(M=512,N=512,K=512)")   # float32 by default
+    C = matmul(A, B)                                           # A: 512x512, B: 512x512 float32
+    matmul.kind, matmul.config                                 # "tuned", {...}
+
+Where the config comes from, in order:
+
+1. the best ok trial of exactly this workload on the device (``device_key``, default this host's
+   key; a glob such as ``x86_64-*`` ranks the matching devices together) and target;
+2. else, with ``nearest`` (default), the best config of the nearest tuned shape of the same
+   operator and dtype that is valid for this shape (see :mod:`tuner.log.lookup`), with a
+   :class:`NotTunedWarning`;
+3. else the template's default config, with a :class:`NotTunedWarning`.
+
+``db`` is a database URL, a SQLite file, a best-configs file (``tuner log export --best-only``:
+what an application ships instead of a database), or an open ``TuningLog`` / ``BestConfigs``;
+default ``$TUNEFLEET_DB``, else the per-user SQLite log (if it does not exist: step 3). A database
+is opened read-only in spirit: never created or migrated (``TuningLog(create=False)``).
+
+Compiling: the kernel source is written to the kernel cache (``cache_dir``, default
+``$XDG_CACHE_HOME/tunefleet``, the tuner's own) and compiled by numba with ``cache=True``, so
+another process loads the machine code from disk instead of compiling; within a process each
+kernel is compiled once (memoised) however often ``best_kernel`` is called. numba reads its
+settings (:data:`~measure_agent.engine.build.NUMBA_ENVIRONMENT`: SLP vectorisation, ``-O3``) once,
+when imported: ``best_kernel`` puts them in ``os.environ`` (without overriding values already
+there) before importing numba. If the application imported numba earlier, they may not take effect
+for kernels compiled in this process (kernels loaded from the on-disk cache keep the code they were
+compiled with); results are correct either way, only speed may differ. ``numba_environment_applied``
+on the returned kernel says which case happened; import ``tuner`` and call ``best_kernel`` before
+numba to be sure, or export the variables in the application's environment.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import warnings
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from measure_agent.engine.build import NUMBA_ENVIRONMENT, default_kernel_cache_dir, source_digest
+from measure_agent.templates import KernelSource, default_catalog
+from measure_agent.workload import Workload, parse_workload
+
+KINDS = ("tuned", "approximate", "default")
+
+_COMPILE_LOCK = threading.Lock()
+_COMPILED: dict[tuple[str, str], Callable] = {}
+
+
+class NotTunedWarning(UserWarning):
+    """``best_kernel`` did not find a config tuned for exactly this workload and device."""
+
+
+class TunedKernel:
+    """A compiled kernel for one workload, and where its config came from.
+
+    Call it with the operator's inputs (numpy arrays of the workload's dtype and shapes; other
+    layouts are made C-contiguous) and it returns the output array: ``C = f(A, B)`` for matmul.
+    ``out=`` may pass a preallocated C-contiguous output.
+
+    Attributes: ``workload`` (:class:`Workload`), ``target``, ``config`` (JSON form), ``kind``
+    (``"tuned"``, ``"approximate"`` or ``"default"``) and the booleans ``tuned``, ``approximate``,
+    ``is_default``; ``tuned_workload`` and ``device_key`` (where the config was measured; ``None``
+    for the default), ``mean_s`` (its measured time there), ``kernel_source``, ``kernel`` (the
+    numba dispatcher) and ``numba_environment_applied``.
+    """
+
+    def __init__(self, workload: Workload, target: str, config: dict[str, Any], kind: str, kernel: Callable,
+                 kernel_source: KernelSource, input_shapes: Sequence[tuple[int, ...]], *,
+                 tuned_workload: str | None = None, device_key: str | None = None, mean_s: float | None = None,
+                 numba_environment_applied: bool = True) -> None:
+        if kind not in KINDS:
+            raise ValueError(f"kind must be one of {KINDS}, not {kind!r}")
+        self.workload = workload
+        self.target = target
+        self.config = config
+        self.kind = kind
+        self.kernel = kernel
+        self.kernel_source = kernel_source
+        self.tuned_workload = tuned_workload
+        self.device_key = device_key
+        self.mean_s = mean_s
+        self.numba_environment_applied = numba_environment_applied
+        self._dtype = np.dtype(workload.dtype)
+        self._input_shapes = tuple(tuple(s) for s in input_shapes)
+        self._output_shape = tuple(workload.spec.output_shape(workload.params))
+
+    @property
+    def tuned(self) -> bool:
+        return self.kind == "tuned"
+
+    @property
+    def approximate(self) -> bool:
+        return self.kind == "approximate"
+
+    @property
+    def is_default(self) -> bool:
+        return self.kind == "default"
+
+    def __repr__(self) -> str:
+        where = {"tuned": f"tuned on {self.device_key}",
+                 "approximate": f"approximate: tuned for {self.tuned_workload} on {self.device_key}",
+                 "default": "default config"}[self.kind]
+        return f"<TunedKernel {self.workload.key} ({where})>"
+
+    def __call__(self, *inputs: Any, out: np.ndarray | None = None) -> np.ndarray:
+        if len(inputs) != len(self._input_shapes):
+            raise TypeError(f"{self.workload.op} takes {len(self._input_shapes)} input arrays, got {len(inputs)}")
+        arrays = []
+        for index, (value, shape) in enumerate(zip(inputs, self._input_shapes)):
+            array = np.ascontiguousarray(value)
+            if array.dtype != self._dtype:
+                raise TypeError(f"input {index} of {self.workload.key} must be {self._dtype}, not {array.dtype}")
+            if array.shape != shape:
+                raise ValueError(f"input {index} of {self.workload.key} must have shape {shape}, not {array.shape}")
+            arrays.append(array)
+        if out is None:
+            out = np.empty(self._output_shape, dtype=self._dtype)
+        elif (not isinstance(out, np.ndarray) or out.shape != self._output_shape or out.dtype != self._dtype
+              or not out.flags.c_contiguous or not out.flags.writeable):
+            raise ValueError(f"out must be a writeable C-contiguous {self._dtype} array of shape {self._output_shape}")
+        self.kernel(*arrays, out, *self.kernel_source.runtime_args)
+        return out
+
+
+def best_kernel(
+    workload: Workload | str,
+    device_key: str | None = None,
+    db: Any = None,
+    *,
+    target: str = "cpu",
+    nearest: bool = True,
+    cache_dir: str | os.PathLike | None = None,
+) -> TunedKernel:
+    """A compiled kernel for ``workload`` with the best known config (see the module docstring).
+
+    Raises ``ValueError`` (:class:`~measure_agent.workload.WorkloadError`) for a bad workload,
+    :class:`~measure_agent.templates.TemplateNotFound` for an operator/target without a template
+    and :class:`~tuner.log.TuningLogError` when ``db`` cannot be read (missing file, unreachable
+    server, database not migrated).
+    """
+    env_applied = _apply_numba_environment()
+    if isinstance(workload, str):
+        workload = parse_workload(workload)
+    template = default_catalog().get(workload.op, target)
+    space = template.space(workload)
+    if device_key is None:
+        from measure_agent.device import detect_device
+
+        device_key = detect_device().default_key
+
+    match, where = _lookup(workload, device_key, db, target, nearest)
+    if match is None:
+        config = template.default_config(workload, space)
+        warnings.warn(f"tuner.best_kernel: no tuned config for {workload.key} on {device_key} ({where}); "
+                      "using the template's default config", NotTunedWarning, stacklevel=2)
+        kind, tuned_workload, matched_device, mean_s = "default", None, None, None
+    else:
+        config = space.from_json(match.config)
+        kind = "approximate" if match.approximate else "tuned"
+        tuned_workload, matched_device, mean_s = match.tuned_workload, match.device_key, match.mean_s
+        if match.approximate:
+            warnings.warn(f"tuner.best_kernel: no tuned config for {workload.key} on {device_key}; using the "
+                          f"config tuned for {match.tuned_workload} on {match.device_key} (nearest tuned shape, "
+                          f"log-distance {match.distance:.2f})", NotTunedWarning, stacklevel=2)
+
+    source = template.render(workload, config)
+    directory = Path(cache_dir) if cache_dir is not None else default_kernel_cache_dir()
+    kernel = _compiled(workload, source, directory)
+    return TunedKernel(workload, target, config.to_json(), kind, kernel, source, _input_shapes(workload),
+                       tuned_workload=tuned_workload, device_key=matched_device, mean_s=mean_s,
+                       numba_environment_applied=env_applied)
+
+
+# -- internals ---------------------------------------------------------------------------------
+def _apply_numba_environment() -> bool:
+    """Put NUMBA_ENVIRONMENT in os.environ (keeping values already set); ``True`` if numba was
+    not imported yet, i.e. it will read them."""
+    fresh = "numba" not in sys.modules
+    for name, value in NUMBA_ENVIRONMENT.items():
+        os.environ.setdefault(name, value)
+    return fresh
+
+
+def _lookup(workload: Workload, device_key: str, db: Any, target: str, nearest: bool):
+    """(best match or None, description of the source for messages)."""
+    from tuner.log import BestConfigs, TuningLog, TuningLogError, find_best
+    from tuner.log.bestfile import load_best_file, looks_like_best_file
+    from tuner.settings import resolve_db_url
+
+    opened = None
+    if isinstance(db, (TuningLog, BestConfigs)):
+        source = db
+    elif db is None:
+        url = resolve_db_url(None, create_directory=False)
+        path = _sqlite_file(url)
+        if path is not None and not path.exists():
+            return None, f"no tuning log at {path}"
+        source = opened = TuningLog(url, create=False)
+    else:
+        text = os.fspath(db)
+        if "://" in text:
+            source = opened = TuningLog(text, create=False)
+        else:
+            path = Path(text).expanduser()
+            if not path.is_file():
+                raise TuningLogError(f"no tuning log or best-configs file at {path}")
+            if looks_like_best_file(path):
+                source = load_best_file(path)
+            else:
+                source = opened = TuningLog("sqlite:///" + str(path.absolute()), create=False)
+    try:
+        keys = source.resolve_device_keys(device_key)
+        matches = find_best(source, workload, keys, target, 1, nearest=nearest, validate=True)
+    finally:
+        if opened is not None:
+            opened.close()
+    name = getattr(source, "name", None) or getattr(source, "url", "")
+    return (matches[0] if matches else None), f"nothing tuned in {name}"
+
+
+def _sqlite_file(url: str) -> Path | None:
+    from tuner.log.migrate import sqlite_path
+
+    return sqlite_path(url)
+
+
+def _compiled(workload: Workload, source: KernelSource, cache_dir: Path) -> Callable:
+    from measure_agent.engine.build import compile_kernel, load_kernel
+
+    key = (source_digest(source), str(cache_dir.absolute()))
+    with _COMPILE_LOCK:
+        kernel = _COMPILED.get(key)
+        if kernel is None:
+            kernel = load_kernel(source, cache_dir)
+            spec = workload.spec
+            tiny_inputs = tuple(np.zeros((1,) * len(shape), dtype=workload.dtype) for shape in _input_shapes(workload))
+            tiny_out = np.zeros((1,) * len(spec.output_shape(workload.params)), dtype=workload.dtype)
+            compile_kernel(kernel, (*tiny_inputs, tiny_out, *source.runtime_args))
+            _COMPILED[key] = kernel
+    return kernel
+
+
+class _Shape:
+    """Stands in for an array in :func:`_input_shapes`: has a shape, survives ``astype``."""
+
+    def __init__(self, shape: Any) -> None:
+        self.shape = tuple(int(s) for s in (shape if isinstance(shape, (tuple, list)) else (shape,)))
+
+    def astype(self, *args: Any, **kwargs: Any) -> "_Shape":
+        return self
+
+
+class _ShapeRng:
+    """A random generator whose draws are only shapes (``rng.uniform(..., size=(M, K))``)."""
+
+    def __getattr__(self, name: str):
+        def draw(*args: Any, size: Any = None, **kwargs: Any) -> _Shape:
+            if size is None:
+                raise TypeError("not a sized draw")
+            return _Shape(size)
+
+        return draw
+
+
+_SHAPES: dict[str, tuple[tuple[int, ...], ...]] = {}
+
+
+def _input_shapes(workload: Workload) -> tuple[tuple[int, ...], ...]:
+    """Shapes of the operator's inputs for this workload.
+
+    Asks the operator's ``make_inputs`` with a generator that returns shapes instead of data (no
+    memory touched); an operator that builds inputs otherwise gets real arrays made once.
+    """
+    if workload.key not in _SHAPES:
+        spec = workload.spec
+        try:
+            made = spec.make_inputs(workload.params, np.dtype(workload.dtype), _ShapeRng())
+            shapes = tuple(item.shape for item in made)
+            if not all(isinstance(item, _Shape) for item in made):
+                raise TypeError("not shapes")
+        except Exception:  # noqa: BLE001 - fall back to the real thing
+            made = spec.make_inputs(workload.params, np.dtype(workload.dtype), np.random.default_rng(0))
+            shapes = tuple(np.shape(item) for item in made)
+        _SHAPES[workload.key] = shapes
+    return _SHAPES[workload.key]
+
+
+__all__ = ["KINDS", "NotTunedWarning", "TunedKernel", "best_kernel"]

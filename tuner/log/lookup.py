@@ -1,0 +1,191 @@
+"""Which config to use for a workload: its best measured one, else the nearest tuned shape's.
+
+Shared by ``tuner best`` and :func:`tuner.best_kernel`; works on a :class:`~tuner.log.TuningLog`
+or on :class:`~tuner.log.bestfile.BestConfigs` (a best-configs file).
+
+**Nearest** (when the exact workload has no ok trial on the device(s) and target): among the
+workloads of the same operator and dtype that do, the *closest* is the one with the smallest
+log-distance over sizes,
+
+    d(a, b) = sqrt( sum over the operator's size parameters p of (log2(a.p / b.p))^2 )
+
+so halving or doubling one size is distance 1 whatever the magnitude (M=64 is as close to 128 as
+M=512 to 1024); ties go to the smaller |log2 of the FLOP ratio|, then to the workload key. Its ok
+configs are tried fastest first and the first ones *valid for the requested shape* are returned:
+a config is transferred by recomputing the outer factor of every split knob (which a split derives
+from the axis length: ``outer = ceil(extent / tile)``), then must pass the template's
+``space(requested).from_json``. A workload none of whose configs is valid is skipped for the next
+closest. Such a result is flagged ``approximate``, with the ``tuned_workload`` it was measured on
+(its ``mean_s`` is that workload's time, not a prediction).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Protocol, Sequence
+
+from measure_agent.space import Config, ConfigError, ConfigSpace, SplitKnob
+from measure_agent.workload import Workload, parse_workload
+from tuner.log.records import TrialRecord, format_timestamp
+
+
+class BestSource(Protocol):  # TuningLog and BestConfigs
+    def best(self, workload_key: str, device_key: str | Sequence[str], target: str = "cpu",
+             top: int | None = 1) -> list[TrialRecord]: ...
+
+    def tuned_workload_keys(self, op: str, dtype: str, device_key: str | Sequence[str],
+                            target: str = "cpu") -> list[str]: ...
+
+
+@dataclass(frozen=True)
+class BestMatch:
+    """A config to use for ``workload`` and the trial it comes from."""
+
+    workload: str  # the requested workload's canonical key
+    record: TrialRecord  # the measured trial (of ``tuned_workload``)
+    config: dict  # JSON form of the config for ``workload`` (transferred when approximate)
+    approximate: bool = False
+    distance: float = 0.0
+
+    @property
+    def tuned_workload(self) -> str:
+        return self.record.workload_key
+
+    @property
+    def device_key(self) -> str:
+        return self.record.device_key
+
+    @property
+    def mean_s(self) -> float | None:
+        return self.record.mean_s
+
+    @property
+    def gflops(self) -> float | None:
+        mean = self.record.mean_s
+        return parse_workload(self.tuned_workload).flops / mean / 1e9 if mean else None
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON form printed by ``tuner best --json``."""
+        data = {
+            "workload": self.workload,
+            "device_key": self.record.device_key,
+            "target": self.record.target,
+            "config": self.config,
+            "mean_s": self.record.mean_s,
+            "gflops": self.gflops,
+            "costs": list(self.record.costs),
+            "measured_at": self.record.created_at.isoformat(),
+            "approximate": self.approximate,
+            "tuned_workload": self.tuned_workload,
+        }
+        if self.approximate:
+            data["distance"] = self.distance
+            if self.config != self.record.config:
+                data["tuned_config"] = self.record.config
+        return data
+
+
+def workload_distance(a: Workload, b: Workload) -> float:
+    """Log-distance over sizes (see the module docstring); infinite across operators or dtypes."""
+    if a.op != b.op or a.dtype != b.dtype:
+        return math.inf
+    pb = b.params
+    return math.sqrt(sum(math.log2(value / pb[name]) ** 2 for name, value in a.sizes))
+
+
+def transfer_config(space: ConfigSpace, config_json: dict[str, Any]) -> Config:
+    """The config for ``space``'s workload: split outer factors recomputed, then validated.
+
+    Raises :class:`~measure_agent.space.ConfigError` when the result is not a member of the space.
+    """
+    adapted = dict(config_json)
+    for knob in space.knobs:
+        raw = adapted.get(knob.name)
+        if isinstance(knob, SplitKnob) and isinstance(raw, list) and len(raw) == len(knob.factor_choices) + 1:
+            inner = raw[1:]
+            if all(isinstance(f, int) and not isinstance(f, bool) and f > 0 for f in inner):
+                adapted[knob.name] = [max(1, math.ceil(knob.extent / math.prod(inner)))] + inner
+    return space.from_json(adapted)
+
+
+def find_best(
+    source: BestSource,
+    workload: Workload | str,
+    device_keys: str | Sequence[str],
+    target: str = "cpu",
+    top: int = 1,
+    *,
+    nearest: bool = False,
+    validate: bool = False,
+    catalog=None,
+) -> list[BestMatch]:
+    """Up to ``top`` configs for ``workload`` on the device(s), best first; ``[]`` if none.
+
+    Exact matches come first and alone; with ``nearest`` and no exact match, the nearest tuned
+    shape's (module docstring). ``validate`` also drops exact matches whose config the installed
+    template no longer accepts. ``catalog`` defaults to the production templates (needed only for
+    ``nearest`` and ``validate``).
+    """
+    if isinstance(workload, str):
+        workload = parse_workload(workload)
+    if type(top) is not int or top < 1:
+        raise ValueError(f"top must be a positive integer, not {top!r}")
+    if isinstance(device_keys, str):
+        device_keys = [device_keys]
+    device_keys = list(device_keys)
+    space = _space(workload, target, catalog) if (nearest or validate) else None
+    if validate:
+        exact = []
+        for record in source.best(workload.key, device_keys, target, top=None):
+            try:
+                config = space.from_json(record.config)
+            except ConfigError:
+                continue
+            exact.append(BestMatch(workload.key, record, config.to_json()))
+            if len(exact) == top:
+                break
+    else:
+        exact = [BestMatch(workload.key, r, r.config) for r in source.best(workload.key, device_keys, target, top=top)]
+    if exact or not nearest:
+        return exact
+    candidates = []
+    for key in source.tuned_workload_keys(workload.op, workload.dtype, device_keys, target):
+        other = parse_workload(key)
+        if other.key == workload.key:
+            continue
+        flops_gap = abs(math.log2(other.flops / workload.flops))
+        candidates.append((workload_distance(workload, other), flops_gap, key))
+    for distance, _, key in sorted(candidates):
+        found = []
+        for record in source.best(key, device_keys, target, top=None):
+            try:
+                config = transfer_config(space, record.config)
+            except ConfigError:
+                continue
+            found.append(BestMatch(workload.key, record, config.to_json(), approximate=True, distance=distance))
+            if len(found) == top:
+                break
+        if found:
+            return found
+    return []
+
+
+def _space(workload: Workload, target: str, catalog) -> ConfigSpace:
+    if catalog is None:
+        from measure_agent.templates import default_catalog
+
+        catalog = default_catalog()
+    return catalog.get(workload.op, target).space(workload)
+
+
+def describe_match(match: BestMatch) -> str:
+    """One line about where a config comes from, for humans."""
+    if not match.approximate:
+        return f"tuned for {match.workload} on {match.device_key}"
+    return (f"approximate: tuned for {match.tuned_workload} on {match.device_key} "
+            f"(nearest tuned shape, log-distance {match.distance:.2f}), measured "
+            f"{format_timestamp(match.record.created_at)}")
+
+
+__all__ = ["BestMatch", "BestSource", "describe_match", "find_best", "transfer_config", "workload_distance"]
