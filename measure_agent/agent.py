@@ -146,7 +146,7 @@ class Agent:
             try:
                 timing = timing_from_proto(candidate.timing)
                 workload = parse_workload(candidate.workload)
-                config = self.engine.catalog.space(workload, candidate.target).from_json(
+                config = self.engine.catalog.space(workload, candidate.target, self.device).from_json(
                     json.loads(candidate.config_json))
             except (ValueError, WorkloadError, ConfigError, TemplateNotFound) as exc:
                 out[candidate.lease_id] = result_to_proto(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import re
@@ -30,9 +31,21 @@ class DeviceInfo:
 
     @classmethod
     def from_json(cls, data: dict) -> "DeviceInfo":
-        known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
+        """Inverse of :meth:`to_json`; keys it does not know (GPU limits, versions) go to ``extra``."""
+        fields = cls.__dataclass_fields__
+        known = {k: data[k] for k in fields if k in data and k != "extra"}
         known["isa_features"] = tuple(known.get("isa_features", ()))
-        return cls(**known)
+        known.setdefault("arch", "unknown")
+        known.setdefault("cpu_model", "unknown")
+        known.setdefault("cores", 0)
+        extra = dict(data.get("extra") or {})
+        extra.update({k: str(v) for k, v in data.items() if k not in fields})
+        return cls(**known, extra=extra)
+
+    @property
+    def fingerprint(self) -> str:
+        """A stable text identity (what a space may depend on)."""
+        return json.dumps(self.to_json(), sort_keys=True)
 
     @property
     def default_key(self) -> str:

@@ -97,13 +97,15 @@ def test_sigterm_finishes_in_flight_work_and_leaves(log, kernel_cache_dir):
     try:
         wait_for(lambda: agent_names(daemon) == {"delta-1"}, what="agent joined")
         with FleetClient(daemon.address) as client:
-            job = client.submit("matmul(M=2,N=2,K=300)", "delta", target="sleep", trials=3, timing=FAST)
+            job = client.submit("matmul(M=2,N=2,K=300)", "delta", target="sleep", trials=4, timing=FAST)
             wait_for(lambda: any(a.leases for a in daemon.scheduler.agents()), what="a lease in flight")
             agent.send_signal(signal.SIGTERM)
             assert agent.wait(timeout=60) == 0
             # What it held was measured, reported and logged before it left; nothing had to expire.
             trials = wait_for(lambda: log.trials(workload_key="matmul(M=2,N=2,K=300)"), what="result logged")
-            assert len(trials) == 1 and trials[0].status == "ok" and trials[0].agent == "delta-1"
+            held = 2  # an agent leases twice its --parallel, so its next candidate is at hand
+            assert 1 <= len(trials) <= held
+            assert all(t.status == "ok" and t.agent == "delta-1" for t in trials)
             assert daemon.scheduler.expired_leases == 0
             assert not agent_names(daemon)
             assert client.job(job.job_id).state == "running"  # the rest waits for another agent

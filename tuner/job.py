@@ -9,9 +9,11 @@ never measured again.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from measure_agent.device import DeviceInfo
 from measure_agent.engine import MeasureInput, MeasureResult
 from measure_agent.space import Config
 from measure_agent.templates import TemplateCatalog
@@ -19,6 +21,7 @@ from measure_agent.workload import Workload
 from tuner.log import TrialRecord, TuningLog
 from tuner.measure import MeasurementAborted, Measurer
 from tuner.search import Observation, make_strategy
+from tuner.search.transfer import prior_from_log
 
 
 @dataclass(frozen=True)
@@ -29,6 +32,8 @@ class TuneOptions:
     early_stopping: int | None = None  # stop after this many trials without improvement
     batch_size: int | None = None  # default: the measurer's parallelism, at least 4
     target: str = "cpu"
+    transfer: bool = True  # start from the log's records of other workloads/devices (tuner.search.transfer)
+    time_budget_s: float | None = None  # propose nothing new after this many seconds of wall time
 
     def __post_init__(self) -> None:
         if self.trials < 1:
@@ -92,7 +97,9 @@ class TuningJob:
         self.log = log
         self.options = options
         self.template = catalog.get(workload.op, options.target)
-        self.space = self.template.space(workload)
+        # The space may depend on the device (vector width, GPU limits): use what the measurer reports.
+        device = DeviceInfo.from_json(measurer.device_info) if measurer.device_info else None
+        self.space = catalog.space(workload, options.target, device)
         self.default_config = self.template.default_config(workload, self.space)
         self.on_progress = on_progress or (lambda progress: None)
         self.job_id = job_id
@@ -103,7 +110,10 @@ class TuningJob:
         if self.measurer.device_info:
             self.log.upsert_device(self.measurer.device_key, self.measurer.device_info)
         history = self.log.trials(workload_key=key[0], device_key=key[1], target=key[2])
-        strategy = make_strategy(opts.strategy, self.space, seed=opts.seed)
+        strategy = make_strategy(opts.strategy, self.space, seed=opts.seed, workload=self.workload, features=self.template)
+        if opts.transfer:
+            strategy.observe_prior(prior_from_log(self.log, self.workload, key[1], opts.target, space_of=self.template.space))
+        started = time.monotonic()
         strategy.observe([self._observation(r) for r in history if self._in_space(r.config)])
         measured = {d for d in (self._digest(r.config) for r in history) if d}
         job_id = self.job_id or self.log.create_job(
@@ -157,6 +167,8 @@ class TuningJob:
                                           gflops(self.workload, best if best < math.inf else None)))
                 if opts.early_stopping and since_improvement >= opts.early_stopping:
                     stopped_early = True  # what is in flight is still collected and logged
+                if opts.time_budget_s is not None and time.monotonic() - started >= opts.time_budget_s:
+                    stopped_early = True  # wall-time budget spent: drain what is in flight
             final_status = "done"
         except MeasurementAborted as exc:
             final_status = exc.job_status

@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Sequence
 
+from measure_agent.device import detect_device
 from measure_agent.engine.build import default_kernel_cache_dir
 from measure_agent.engine.process import WorkerCrashed, WorkerProcess, WorkerTimedOut
 from measure_agent.engine.types import MeasureInput, MeasureResult, MeasureStatus, TimingConfig
@@ -35,6 +36,7 @@ class MeasureEngine:
         self.timing = timing
         self.catalog_name = catalog
         self.catalog = load_catalog(catalog)
+        self.device = detect_device()
         self.cache_dir = Path(cache_dir) if cache_dir else default_kernel_cache_dir()
         self._builders: queue.Queue[WorkerProcess] = queue.Queue()
         self._all_workers = [WorkerProcess(catalog, self.cache_dir) for _ in range(build_workers)]
@@ -51,7 +53,7 @@ class MeasureEngine:
     def validate(self, item: MeasureInput) -> str | None:
         """Why ``item`` cannot be measured here, or None when it is a member of its space."""
         try:
-            self.catalog.space(item.workload, item.target).validate(item.config)
+            self.catalog.space(item.workload, item.target, self.device).validate(item.config)
         except (TemplateNotFound, ConfigError) as exc:
             return str(exc)
         return None

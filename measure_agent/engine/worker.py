@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from measure_agent.device import detect_device
 from measure_agent.engine.build import compile_kernel, load_kernel
 from measure_agent.engine.checking import Problem, check_output, make_problem
 from measure_agent.engine.types import MeasureStatus, TimingConfig
@@ -44,6 +45,7 @@ class Worker:
     def __init__(self, catalog: TemplateCatalog, cache_dir: Path) -> None:
         self.catalog = catalog
         self.cache_dir = cache_dir
+        self.device = detect_device()
         self._problems: dict[str, Problem] = {}
 
     def handle(self, request: dict) -> dict:
@@ -65,7 +67,7 @@ class Worker:
             workload = parse_workload(request["workload"])
             target = request.get("target", "cpu")
             template = self.catalog.get(workload.op, target)
-            config = self.catalog.space(workload, target).from_json(request["config"])
+            config = self.catalog.space(workload, target, self.device).from_json(request["config"])
         except (WorkloadError, ConfigError, LookupError) as exc:
             raise CandidateError(MeasureStatus.INVALID_CONFIG, str(exc)) from None
         return workload, template.render(workload, config)

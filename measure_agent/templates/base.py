@@ -10,6 +10,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
+from measure_agent.device import DeviceInfo
 from measure_agent.space import Config, ConfigSpace
 from measure_agent.workload import Workload
 
@@ -32,7 +33,10 @@ class Template(ABC):
     """Schedules for one operator on one target family (``cpu`` or ``cuda``).
 
     Contract:
-    - ``space(workload)`` is deterministic for a workload and contains ``default_config``;
+    - ``space(workload, device)`` is deterministic for a workload and device and contains
+      ``default_config``. ``device`` (None when unknown) lets the space adapt to the target: vector
+      widths of the ISA, a GPU's compute capability, and pruning of configs beyond the device's
+      limits (threads or shared memory per block) so they are never proposed;
     - every valid config renders, compiles and computes the operator's reference result for any
       sizes of the workload (remainders included);
     - ``render`` never executes anything: it only returns source text.
@@ -43,8 +47,8 @@ class Template(ABC):
     version: str
 
     @abstractmethod
-    def space(self, workload: Workload) -> ConfigSpace:
-        """The valid configs for this workload."""
+    def space(self, workload: Workload, device: DeviceInfo | None = None) -> ConfigSpace:
+        """The valid configs for this workload on this device."""
 
     @abstractmethod
     def default_config(self, workload: Workload, space: ConfigSpace) -> Config:

@@ -7,6 +7,7 @@ import threading
 from collections import OrderedDict
 from typing import Iterable
 
+from measure_agent.device import DeviceInfo
 from measure_agent.space import ConfigSpace
 from measure_agent.templates.base import Template
 from measure_agent.workload import Workload
@@ -29,7 +30,7 @@ class TemplateCatalog:
             if key in self._templates:
                 raise ValueError(f"two templates for {key}")
             self._templates[key] = template
-        self._spaces: OrderedDict[tuple[str, str], ConfigSpace] = OrderedDict()
+        self._spaces: OrderedDict[tuple[str, str, str], ConfigSpace] = OrderedDict()
         self._spaces_lock = threading.Lock()
 
     def get(self, op: str, target: str) -> Template:
@@ -39,16 +40,16 @@ class TemplateCatalog:
             have = ", ".join(f"{o}/{t}" for o, t in sorted(self._templates))
             raise TemplateNotFound(f"no template for {op} on target {target}; installed: {have}") from None
 
-    def space(self, workload: Workload, target: str) -> ConfigSpace:
-        """The template's space for ``workload``, built once and kept (spaces are immutable)."""
+    def space(self, workload: Workload, target: str, device: DeviceInfo | None = None) -> ConfigSpace:
+        """The template's space for ``workload`` on ``device``, built once and kept (spaces are immutable)."""
         template = self.get(workload.op, target)
-        key = (workload.key, target)
+        key = (workload.key, target, device.fingerprint if device else "")
         with self._spaces_lock:
             space = self._spaces.get(key)
             if space is not None:
                 self._spaces.move_to_end(key)
                 return space
-        space = template.space(workload)
+        space = template.space(workload, device)
         with self._spaces_lock:
             self._spaces[key] = space
             while len(self._spaces) > _SPACE_CACHE_SIZE:

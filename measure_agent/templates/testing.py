@@ -7,6 +7,7 @@ through the same protocol as real templates.
 
 from __future__ import annotations
 
+from measure_agent.device import DeviceInfo
 from measure_agent.space import ChoiceKnob, Config, ConfigSpace
 from measure_agent.templates.base import KernelSource, Template
 from measure_agent.workload import Workload
@@ -71,7 +72,7 @@ class FaultyMatmulTemplate(Template):
     target = "cpu"
     version = "testing-1"
 
-    def space(self, workload: Workload) -> ConfigSpace:
+    def space(self, workload: Workload, device: DeviceInfo | None = None) -> ConfigSpace:
         return ConfigSpace(
             [
                 ChoiceKnob("behaviour", BEHAVIOURS),
@@ -100,7 +101,7 @@ class SleepTemplate(Template):
     target = "sleep"
     version = "testing-1"
 
-    def space(self, workload: Workload) -> ConfigSpace:
+    def space(self, workload: Workload, device: DeviceInfo | None = None) -> ConfigSpace:
         return ConfigSpace([ChoiceKnob("variant", tuple(range(100_000)))])
 
     def default_config(self, workload: Workload, space: ConfigSpace) -> Config:
