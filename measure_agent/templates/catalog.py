@@ -68,9 +68,11 @@ class TemplateCatalog:
 
 def default_catalog() -> TemplateCatalog:
     """The production templates."""
+    from measure_agent.templates.cpu import cpu_templates
+    from measure_agent.templates.cuda import cuda_templates
     from measure_agent.templates.matmul_cpu import MatmulCpuTemplate
 
-    return TemplateCatalog("default", [MatmulCpuTemplate()])
+    return TemplateCatalog("default", [MatmulCpuTemplate(), *cpu_templates(), *cuda_templates()])
 
 
 def testing_catalog() -> TemplateCatalog:
