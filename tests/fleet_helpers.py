@@ -50,3 +50,20 @@ def stop_all(processes):
         except subprocess.TimeoutExpired:
             p.kill()
             p.wait()
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_daemon_process(db_url: str, port: int, env=None) -> subprocess.Popen:
+    """``tuner daemon`` as its own process (to be killed with SIGKILL in tests)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "tuner", "daemon", "--listen", f"127.0.0.1:{port}", "--db", db_url,
+         "--templates", "testing", "--heartbeat-interval", "0.3", "--agent-timeout", "2"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+    )

@@ -126,7 +126,7 @@ class TuningJob:
         status_counts: dict[str, int] = {}
         pending_default = self.default_config.digest not in measured
         in_flight: set[str] = set()
-        final_status = "failed"
+        final_status: str | None = "failed"
         try:
             while True:
                 # Keep about `window` candidates in flight (twice the parallelism: agents fetch their
@@ -174,7 +174,8 @@ class TuningJob:
             final_status = exc.job_status
             raise
         finally:
-            self.log.finish_job(job_id, final_status)
+            if final_status is not None:  # None: interrupted, left running to be resumed
+                self.log.finish_job(job_id, final_status)
         top = self.log.best(key[0], key[1], opts.target, top=1)
         default_records = [
             r for r in self.log.trials(workload_key=key[0], device_key=key[1], target=key[2])

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from typing import Iterator
 
 import grpc
 
 from measure_agent.engine import TimingConfig
 from measure_agent.protocol.convert import timing_to_proto
-from measure_agent.protocol.errors import from_rpc_error
+from measure_agent.protocol.errors import Unavailable, from_rpc_error
 from measure_agent.protocol.v1 import fleet_pb2 as pb
 from measure_agent.protocol.v1 import fleet_pb2_grpc as pb_grpc
 from tuner.daemon.daemon import GRPC_OPTIONS
@@ -49,13 +50,31 @@ class FleetClient:
     def agents(self) -> pb.AgentList:
         return self._call(self._stub.ListAgents, pb.ListAgentsRequest())
 
-    def watch(self, job_id: int) -> Iterator[pb.JobStatus]:
-        """Status after every change until the job ends."""
-        try:
-            for status in self._stub.WatchJob(pb.JobRef(job_id=job_id)):
-                yield status
-        except grpc.RpcError as exc:
-            raise from_rpc_error(exc) from None
+    def watch(self, job_id: int, reconnect_s: float = 600.0) -> Iterator[pb.JobStatus]:
+        """Status after every change until the job ends.
+
+        When the daemon goes away (restart, crash) the watch reconnects with capped exponential
+        backoff for up to ``reconnect_s`` seconds of outage, then raises :class:`Unavailable`.
+        """
+        backoff, outage_started = 0.25, None
+        while True:
+            try:
+                for status in self._stub.WatchJob(pb.JobRef(job_id=job_id)):
+                    outage_started, backoff = None, 0.25
+                    yield status
+                    if status.state in ("done", "failed", "cancelled"):
+                        return
+                # The stream ended without a final state: the daemon stopped; follow it again.
+            except grpc.RpcError as exc:
+                error = from_rpc_error(exc)
+                if not isinstance(error, Unavailable) and exc.code() != grpc.StatusCode.CANCELLED:
+                    raise error from None
+            now = time.monotonic()
+            outage_started = outage_started or now
+            if now - outage_started > reconnect_s:
+                raise Unavailable(f"daemon at {self.address} unreachable for {reconnect_s:g} s")
+            time.sleep(backoff)
+            backoff = min(5.0, backoff * 2)
 
     def close(self) -> None:
         self._channel.close()

@@ -58,6 +58,7 @@ class Daemon:
     def start(self) -> "Daemon":
         self.server.start()
         self._reaper.start()
+        self.jobs.resume()  # jobs a stopped or killed daemon left running
         logger.info("daemon listening on %s (templates %s)", self.address, self.catalog.version)
         return self
 

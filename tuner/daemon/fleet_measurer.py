@@ -14,7 +14,8 @@ class FleetMeasurer(Measurer):
     agent_name = "fleet"
 
     def __init__(self, scheduler: Scheduler, device_key: str, job_id: int, priority: int, timing: TimingConfig,
-                 template_version: str, cancel: threading.Event, wait_timeout_s: float = 0.0) -> None:
+                 template_version: str, cancel: threading.Event, wait_timeout_s: float = 0.0,
+                 interrupt: threading.Event | None = None) -> None:
         self.scheduler = scheduler
         self.device_key = device_key
         self.job_id = job_id
@@ -23,6 +24,7 @@ class FleetMeasurer(Measurer):
         self.template_version = template_version
         self.cancel = cancel
         self.wait_timeout_s = wait_timeout_s
+        self.interrupt = interrupt or threading.Event()
         self._batches: list[tuple[Batch, set[int]]] = []  # with the indices already collected
         self._waiting_since: float | None = None
 
@@ -68,6 +70,8 @@ class FleetMeasurer(Measurer):
         return ready
 
     def _check_can_go_on(self) -> None:
+        if self.interrupt.is_set():  # the daemon is stopping: the job stays running in the log
+            raise MeasurementAborted("the daemon stopped; the job resumes when it starts again", job_status=None)
         if self.cancel.is_set():
             self.scheduler.cancel_job(self.job_id)
             raise MeasurementAborted("cancelled", job_status="cancelled")

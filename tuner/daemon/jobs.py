@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 import time
@@ -15,13 +16,14 @@ from measure_agent.workload import Workload, WorkloadError, parse_workload
 from tuner.daemon.fleet_measurer import FleetMeasurer
 from tuner.daemon.scheduler import Scheduler
 from tuner.job import Progress, TuneOptions, TuningJob
-from tuner.log import TuningLog
+from tuner.log import JobRecord, NotFoundError, TuningLog
 from tuner.measure import MeasurementAborted
 from tuner.search import STRATEGIES
 
 DEVICE_KEY_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:+-]{0,127}$")
 MAX_TRIALS = 1_000_000
-FINAL_STATES = ("done", "failed", "cancelled")
+FINAL_STATES = ("done", "failed", "cancelled", "interrupted")
+logger = logging.getLogger("tunefleet.daemon")
 
 
 @dataclass(frozen=True)
@@ -90,8 +92,32 @@ class JobSnapshot:
 @dataclass
 class _Job:
     snapshot: JobSnapshot
-    cancel: threading.Event = field(default_factory=threading.Event)
+    cancel: threading.Event = field(default_factory=threading.Event)  # by a user: the job ends
+    interrupt: threading.Event = field(default_factory=threading.Event)  # daemon stopping: resumes later
     thread: threading.Thread | None = None
+
+
+def _options_of(request: JobRequest, template_version: str) -> dict:
+    """Everything needed to resume the job after a restart, stored with it in the log."""
+    t = request.timing
+    return {
+        "fleet": True, "seed": request.seed, "early_stopping": request.early_stopping,
+        "priority": request.priority, "wait_timeout_s": request.wait_timeout_s,
+        "template_version": template_version,
+        "timing": {"number": t.number, "repeat": t.repeat, "min_repeat_ms": t.min_repeat_ms, "warmup": t.warmup,
+                   "build_timeout_s": t.build_timeout_s, "run_timeout_s": t.run_timeout_s},
+    }
+
+
+def _request_of(record: JobRecord) -> JobRequest:
+    options = record.options
+    return JobRequest(
+        workload=parse_workload(record.workload_key), device_key=record.device_key, target=record.target,
+        strategy=record.strategy, trials=record.trials, seed=int(options.get("seed", 0)),
+        early_stopping=options.get("early_stopping"), priority=int(options.get("priority", 0)),
+        timing=TimingConfig(**options["timing"]) if "timing" in options else TimingConfig(),
+        wait_timeout_s=float(options.get("wait_timeout_s", 0.0)),
+    )
 
 
 class JobManager:
@@ -105,23 +131,68 @@ class JobManager:
         self._changed = threading.Condition()
 
     def submit(self, request: JobRequest) -> JobSnapshot:
-        options = {"seed": request.seed, "early_stopping": request.early_stopping, "priority": request.priority,
-                   "template_version": self.catalog.version, "fleet": True}
         job_id = self.log.create_job(request.workload.key, request.device_key, request.target, request.strategy,
-                                     request.trials, options)
-        job = _Job(JobSnapshot(job_id=job_id, state="running", request=request, created_at=time.time()))
-        with self._changed:
-            self._jobs[job_id] = job
-        job.thread = threading.Thread(target=self._run, args=(job,), name=f"tunefleet-job-{job_id}", daemon=True)
-        job.thread.start()
+                                     request.trials, _options_of(request, self.catalog.version))
+        self._start(JobSnapshot(job_id=job_id, state="running", request=request, created_at=time.time()))
         return self.get(job_id)
+
+    def resume(self) -> list[int]:
+        """Start again every fleet job the log holds as running (the daemon stopped or died mid-job).
+
+        Each resumes from the log: configs already recorded are not measured again.
+        """
+        resumed = []
+        for record in self.log.jobs(status="running"):
+            if not record.options.get("fleet") or record.id in self._jobs:
+                continue
+            if record.options.get("template_version") != self.catalog.version:
+                self.log.finish_job(record.id, "failed")
+                logger.warning("job %d not resumed: it was measured with other templates", record.id)
+                continue
+            try:
+                request = _request_of(record)
+            except (WorkloadError, ValueError, KeyError, TypeError) as exc:
+                self.log.finish_job(record.id, "failed")
+                logger.warning("job %d not resumed: %s", record.id, exc)
+                continue
+            self._start(JobSnapshot(job_id=record.id, state="running", request=request,
+                                    created_at=record.created_at.timestamp()))
+            resumed.append(record.id)
+        if resumed:
+            logger.info("resumed jobs %s from the log", ", ".join(map(str, resumed)))
+        return resumed
+
+    def _start(self, snapshot: JobSnapshot) -> None:
+        job = _Job(snapshot)
+        with self._changed:
+            self._jobs[snapshot.job_id] = job
+        job.thread = threading.Thread(target=self._run, args=(job,), name=f"tunefleet-job-{snapshot.job_id}",
+                                      daemon=True)
+        job.thread.start()
 
     def get(self, job_id: int) -> JobSnapshot:
         with self._changed:
             job = self._jobs.get(job_id)
-            if job is None:
-                raise NotFound(f"no job {job_id} in this daemon")
-            return self._with_counts(job.snapshot)
+            if job is not None:
+                return self._with_counts(job.snapshot)
+        return self._from_log(job_id)
+
+    def _from_log(self, job_id: int) -> JobSnapshot:
+        """A job of an earlier daemon run, as the log remembers it."""
+        try:
+            record = self.log.get_job(job_id)
+            request = _request_of(record)
+        except (NotFoundError, WorkloadError, ValueError, KeyError, TypeError):
+            raise NotFound(f"no job {job_id} in this daemon") from None
+        key = (record.workload_key, record.device_key, record.target)
+        trials = self.log.trials(workload_key=key[0], device_key=key[1], target=key[2])
+        best = self.log.best(*key, top=1)
+        return JobSnapshot(
+            job_id=job_id, state=record.status, request=request, created_at=record.created_at.timestamp(),
+            done=len(trials), measured_now=sum(1 for t in trials if t.job_id == job_id),
+            errors=sum(1 for t in trials if t.job_id == job_id and t.status != "ok"),
+            best_mean_s=best[0].mean_s if best else None, best_config=best[0].config if best else None,
+        )
 
     def list(self) -> list[JobSnapshot]:
         with self._changed:
@@ -152,11 +223,12 @@ class JobManager:
                 self._changed.wait(poll_s)
 
     def shutdown(self) -> None:
-        """Stop every running job (their results so far are in the log)."""
+        """Interrupt every running job: its results so far are in the log, and it stays ``running``
+        there, so the next daemon start resumes it."""
         with self._changed:
             jobs = list(self._jobs.values())
         for job in jobs:
-            job.cancel.set()
+            job.interrupt.set()
             self.scheduler.cancel_job(job.snapshot.job_id)
         for job in jobs:
             if job.thread is not None:
@@ -178,7 +250,8 @@ class JobManager:
     def _run(self, job: _Job) -> None:
         request = job.snapshot.request
         measurer = FleetMeasurer(self.scheduler, request.device_key, job.snapshot.job_id, request.priority,
-                                 request.timing, self.catalog.version, job.cancel, request.wait_timeout_s)
+                                 request.timing, self.catalog.version, job.cancel, request.wait_timeout_s,
+                                 interrupt=job.interrupt)
         flops = request.workload.flops
 
         def on_progress(progress: Progress) -> None:
@@ -193,7 +266,7 @@ class JobManager:
                                on_progress=on_progress, job_id=job.snapshot.job_id)
             summary = tuning.run()
         except MeasurementAborted as exc:
-            self._update(job, state=exc.job_status, message=str(exc))
+            self._update(job, state=exc.job_status or "interrupted", message=str(exc))
             return
         except Exception as exc:  # noqa: BLE001 - a job's failure must not take the daemon down
             self.log.finish_job(job.snapshot.job_id, "failed")

@@ -215,29 +215,42 @@ class TuningLog:
 
     def get_job(self, job_id: int) -> JobRecord:
         """The job with this id; raises :class:`NotFoundError` if there is none."""
+        jobs = self._select_jobs(schema.jobs.c.id == job_id)
+        if not jobs:
+            raise NotFoundError(f"no job {job_id} in the tuning log")
+        return jobs[0]
+
+    def jobs(self, status: str | None = None) -> list[JobRecord]:
+        """Jobs in id order, optionally only those with ``status`` (``running`` finds unfinished ones)."""
+        return self._select_jobs(schema.jobs.c.status == status if status is not None else None)
+
+    def _select_jobs(self, where) -> list[JobRecord]:
         j, w, d = schema.jobs, schema.workloads, schema.devices
         stmt = (
             select(j, w.c.key.label("workload_key"), d.c.key.label("device_key"))
             .join(w, j.c.workload_id == w.c.id)
             .join(d, j.c.device_id == d.c.id)
-            .where(j.c.id == job_id)
+            .order_by(j.c.id)
         )
-        with self._read("read a job") as conn:
-            row = conn.execute(stmt).mappings().first()
-        if row is None:
-            raise NotFoundError(f"no job {job_id} in the tuning log")
-        return JobRecord(
-            id=row["id"],
-            workload_key=row["workload_key"],
-            device_key=row["device_key"],
-            target=row["target"],
-            strategy=row["strategy"],
-            trials=row["trials"],
-            options=json.loads(row["options"]),
-            status=row["status"],
-            created_at=row["created_at"],
-            finished_at=row["finished_at"],
-        )
+        if where is not None:
+            stmt = stmt.where(where)
+        with self._read("read jobs") as conn:
+            rows = conn.execute(stmt).mappings().all()
+        return [
+            JobRecord(
+                id=row["id"],
+                workload_key=row["workload_key"],
+                device_key=row["device_key"],
+                target=row["target"],
+                strategy=row["strategy"],
+                trials=row["trials"],
+                options=json.loads(row["options"]),
+                status=row["status"],
+                created_at=row["created_at"],
+                finished_at=row["finished_at"],
+            )
+            for row in rows
+        ]
 
     # -- trials --------------------------------------------------------------------------
     def record_trial(self, record: TrialRecord) -> bool:

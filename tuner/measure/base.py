@@ -11,10 +11,11 @@ from measure_agent.engine import MeasureInput, MeasureResult
 class MeasurementAborted(Exception):
     """Measuring cannot go on (the job was cancelled, or no device came in time).
 
-    ``job_status`` is what the job becomes: ``cancelled`` or ``failed``.
+    ``job_status`` is what the job becomes: ``cancelled`` or ``failed``; None leaves it ``running``
+    in the log, to be resumed (the daemon is stopping).
     """
 
-    def __init__(self, message: str, job_status: str = "failed") -> None:
+    def __init__(self, message: str, job_status: str | None = "failed") -> None:
         super().__init__(message)
         self.job_status = job_status
 
