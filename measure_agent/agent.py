@@ -23,7 +23,8 @@ from measure_agent.device import DeviceInfo, detect_device
 from measure_agent.engine import MeasureEngine, MeasureInput, MeasureResult, MeasureStatus, TimingConfig
 from measure_agent.protocol import PROTOCOL_VERSION
 from measure_agent.protocol.convert import capabilities_to_proto, result_to_proto, timing_from_proto
-from measure_agent.protocol.errors import FleetError, Unavailable, VersionMismatch, from_rpc_error
+from measure_agent.protocol.connection import TlsFiles, auth_metadata, open_channel
+from measure_agent.protocol.errors import FleetError, Unauthenticated, Unavailable, VersionMismatch, from_rpc_error
 from measure_agent.protocol.v1 import fleet_pb2 as pb
 from measure_agent.protocol.v1 import fleet_pb2_grpc as pb_grpc
 from measure_agent.space import ConfigError
@@ -31,8 +32,6 @@ from measure_agent.templates import TemplateNotFound
 from measure_agent.workload import WorkloadError, parse_workload
 
 logger = logging.getLogger("tunefleet.agent")
-
-MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 
 
 class AgentRefused(Exception):
@@ -42,7 +41,8 @@ class AgentRefused(Exception):
 class Agent:
     def __init__(self, tracker: str, key: str, name: str | None = None, parallel: int = 1,
                  catalog: str = "default", cache_dir: Path | None = None, lease_wait_s: float = 2.0,
-                 max_backoff_s: float = 30.0, device: DeviceInfo | None = None) -> None:
+                 max_backoff_s: float = 30.0, device: DeviceInfo | None = None, token: str | None = None,
+                 tls: TlsFiles | None = None) -> None:
         self.tracker = tracker
         self.key = key
         self.name = name or f"{socket.gethostname()}"
@@ -55,10 +55,8 @@ class Agent:
         self._left = threading.Event()  # heartbeats go on while a stopping agent finishes its batch
         self._agent_id: str | None = None
         self._heartbeat_interval_s = 2.0
-        self._channel = grpc.insecure_channel(tracker, options=[
-            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-        ])
+        self._metadata = auth_metadata(token)
+        self._channel = open_channel(tracker, tls)
         self._stub = pb_grpc.AgentServiceStub(self._channel)
         self.measured = 0
         self.registrations = 0
@@ -101,11 +99,13 @@ class Agent:
     # -- protocol ---------------------------------------------------------------------------
     def _rpc(self, method, request, timeout_s: float):
         try:
-            return method(request, timeout=timeout_s)
+            return method(request, timeout=timeout_s, metadata=self._metadata)
         except grpc.RpcError as exc:
             error = from_rpc_error(exc)
             if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
                 raise Unavailable(f"daemon did not answer in {timeout_s:g} s") from None
+            if isinstance(error, Unauthenticated):
+                raise AgentRefused(str(error)) from None  # retrying with the same token cannot help
             raise error from None
 
     def _register(self) -> None:
@@ -185,14 +185,14 @@ class Agent:
                 reply = self._rpc(self._stub.Heartbeat, pb.HeartbeatRequest(agent_id=agent_id), 5.0)
                 if not reply.known and self._agent_id == agent_id:
                     self._agent_id = None  # the main loop registers again
-            except FleetError:
-                pass  # the main loop sees outages and backs off
+            except (FleetError, AgentRefused):
+                pass  # the main loop sees outages and refusals
 
     def _leave(self) -> None:
         if self._agent_id is None:
             return
         try:
             self._rpc(self._stub.Leave, pb.LeaveRequest(agent_id=self._agent_id), 5.0)
-        except FleetError:
+        except (FleetError, AgentRefused):
             pass
         self._agent_id = None

@@ -69,8 +69,17 @@ def run_agent(args: argparse.Namespace) -> int:
     if args.parallel < 1:
         print("measure-agent: error: --parallel must be >= 1", file=sys.stderr)
         return 2
+    from measure_agent.protocol.connection import CredentialsError, TlsFiles, read_tokens
+
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    agent = Agent(args.tracker, args.key, name=args.name, parallel=args.parallel, catalog=args.templates)
+    try:
+        token = read_tokens(args.token_file)[0] if args.token_file else None
+        tls = TlsFiles(args.tls_ca, args.tls_cert, args.tls_key)
+        agent = Agent(args.tracker, args.key, name=args.name, parallel=args.parallel, catalog=args.templates,
+                      token=token, tls=tls)
+    except CredentialsError as exc:
+        print(f"measure-agent: error: {exc}", file=sys.stderr)
+        return 2
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: agent.stop())
     try:
@@ -91,6 +100,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--key", help="device key to join under, e.g. jetson-orin or rpi4")
     parser.add_argument("--name", help="this agent's name (default: the host name)")
     parser.add_argument("--parallel", type=int, default=1, help="candidates built at once (default 1)")
+    parser.add_argument("--token-file", metavar="FILE", help="agent token, when the daemon requires one")
+    parser.add_argument("--tls-ca", metavar="PEM", help="CA certificate to trust the daemon's TLS certificate")
+    parser.add_argument("--tls-cert", metavar="PEM", help="this agent's client certificate, when required")
+    parser.add_argument("--tls-key", metavar="PEM", help="key of --tls-cert")
     parser.add_argument("--templates", default="default", choices=("default", "testing"), help=argparse.SUPPRESS)
     sub = parser.add_subparsers(dest="command", required=False, metavar="COMMAND")
     info = sub.add_parser("info", help="describe this device and the installed templates")

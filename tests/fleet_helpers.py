@@ -17,11 +17,12 @@ def start_daemon(log, listen="127.0.0.1:0", **kwargs) -> Daemon:
     return Daemon(log, listen, catalog=testing_catalog(), **kwargs).start()
 
 
-def start_agent(address: str, key: str, name: str, cache_dir, parallel: int = 2, templates: str = "testing"):
+def start_agent(address: str, key: str, name: str, cache_dir, parallel: int = 2, templates: str = "testing",
+                extra_args: tuple[str, ...] = ()):
     env = dict(os.environ, XDG_CACHE_HOME=str(cache_dir))
     return subprocess.Popen(
         [sys.executable, "-m", "measure_agent", "--tracker", address, "--key", key, "--name", name,
-         "--parallel", str(parallel), "--templates", templates],
+         "--parallel", str(parallel), "--templates", templates, *extra_args],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
     )
 

@@ -13,6 +13,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 DB_ENV_VAR = "TUNEFLEET_DB"
+TOKEN_FILE_ENV_VAR = "TUNEFLEET_TOKEN_FILE"
 
 
 class SettingsError(ValueError):
@@ -67,3 +68,8 @@ def _ensure_sqlite_directory(url_text: str) -> None:
         raise SettingsError(
             f"cannot create directory {directory} for the tuning log: {exc.strerror or exc}"
         ) from None
+
+
+def resolve_token_file(cli_value: str | None) -> str | None:
+    """The client token file: ``--token-file``, else ``$TUNEFLEET_TOKEN_FILE``, else none."""
+    return (cli_value or "").strip() or os.environ.get(TOKEN_FILE_ENV_VAR, "").strip() or None

@@ -84,3 +84,27 @@ def positive_float(text: str) -> float:
     if value == 0:
         raise argparse.ArgumentTypeError("must be > 0")
     return value
+
+
+def add_client_security_arguments(parser: argparse.ArgumentParser) -> None:
+    """How a client reaches a secured daemon."""
+    parser.add_argument("--token-file", metavar="FILE",
+                        help="client token (default: $TUNEFLEET_TOKEN_FILE); needed when the daemon requires one")
+    parser.add_argument("--tls-ca", metavar="PEM", help="CA certificate to trust the daemon's TLS certificate")
+    parser.add_argument("--tls-cert", metavar="PEM", help="client certificate, when the daemon requires one")
+    parser.add_argument("--tls-key", metavar="PEM", help="key of the client certificate")
+
+
+def fleet_client(args: argparse.Namespace, address: str | None = None):
+    """A :class:`FleetClient` for ``--tracker`` with the token and TLS options of ``args``."""
+    from measure_agent.protocol.connection import CredentialsError, TlsFiles, read_tokens
+    from tuner.daemon import FleetClient
+    from tuner.settings import resolve_token_file
+
+    try:
+        token_file = resolve_token_file(getattr(args, "token_file", None))
+        token = read_tokens(token_file)[0] if token_file else None
+        tls = TlsFiles(getattr(args, "tls_ca", None), getattr(args, "tls_cert", None), getattr(args, "tls_key", None))
+        return FleetClient(address or args.tracker, token=token, tls=tls)
+    except CredentialsError as exc:
+        raise CliError(str(exc)) from None

@@ -16,6 +16,13 @@ def register(subparsers) -> None:
     p.add_argument("--heartbeat-interval", type=positive_float, default=2.0, help="seconds between agent heartbeats")
     p.add_argument("--agent-timeout", type=positive_float, default=10.0,
                    help="an agent silent this long is presumed dead and its leases go to others (default 10 s)")
+    p.add_argument("--tls-cert", metavar="PEM", help="serve TLS with this certificate (with --tls-key)")
+    p.add_argument("--tls-key", metavar="PEM", help="private key of --tls-cert")
+    p.add_argument("--tls-client-ca", metavar="PEM", help="require client certificates signed by this CA (agents)")
+    p.add_argument("--agent-token-file", metavar="FILE", help="agents must present a token from this file")
+    p.add_argument("--client-token-file", metavar="FILE", help="clients must present a token from this file")
+    p.add_argument("--metrics-listen", metavar="HOST:PORT", help="serve Prometheus metrics at http://HOST:PORT/metrics")
+    p.add_argument("--log-format", choices=("text", "json"), default="text", help="log lines as text or JSON objects")
     p.add_argument("--templates", default="default", choices=("default", "testing"), help=argparse.SUPPRESS)
     add_db_arguments(p, device=False)
     p.set_defaults(func=run)
@@ -26,18 +33,50 @@ def run(args: argparse.Namespace) -> int:
     from tuner.cli.common import CliError
     from tuner.daemon import Daemon
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from tuner.daemon.observability import JsonLogFormatter, MetricsServer
+
+    handler = logging.StreamHandler()
+    handler.setFormatter(JsonLogFormatter() if args.log_format == "json"
+                         else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.INFO, handlers=[handler])
+    logging.getLogger("alembic").setLevel(logging.WARNING)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
+    from measure_agent.protocol.connection import read_tokens
+    from tuner.daemon.daemon import Security
+
+    try:
+        security = Security(
+            tls_cert=args.tls_cert, tls_key=args.tls_key, tls_client_ca=args.tls_client_ca,
+            agent_tokens=read_tokens(args.agent_token_file) if args.agent_token_file else (),
+            client_tokens=read_tokens(args.client_token_file) if args.client_token_file else (),
+        )
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    if not (security.agent_tokens and security.client_tokens) and not args.listen.startswith(("127.", "localhost", "[::1]")):
+        logging.getLogger("tunefleet.daemon").warning(
+            "listening on %s without agent and client tokens: anyone who reaches the port can submit jobs "
+            "or join as an agent (see docs/security.md)", args.listen)
     with open_log(args.db) as log:
         try:
             daemon = Daemon(log, args.listen, catalog=load_catalog(args.templates),
-                            heartbeat_interval_s=args.heartbeat_interval, agent_timeout_s=args.agent_timeout)
+                            heartbeat_interval_s=args.heartbeat_interval, agent_timeout_s=args.agent_timeout,
+                            security=security)
         except (OSError, RuntimeError, ValueError) as exc:
             raise CliError(f"cannot start the daemon on {args.listen}: {exc}", 1) from None
         daemon.start()
-        print(f"tunefleet daemon listening on {daemon.address}", flush=True)
+        metrics = None
+        if args.metrics_listen:
+            try:
+                metrics = MetricsServer(args.metrics_listen, daemon).start()
+            except (OSError, ValueError) as exc:
+                daemon.stop()
+                raise CliError(f"cannot serve metrics on {args.metrics_listen}: {exc}", 1) from None
+        print(f"tunefleet daemon listening on {daemon.address}"
+              + (f", metrics on port {metrics.port}" if metrics else ""), flush=True)
         stop.wait()
+        if metrics:
+            metrics.stop()
         daemon.stop()
     return 0

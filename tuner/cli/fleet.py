@@ -6,7 +6,14 @@ import argparse
 import json
 
 from measure_agent.protocol.errors import FleetError
-from tuner.cli.common import EXIT_FAILURE, CliError, positive_int, workload_arg
+from tuner.cli.common import (
+    EXIT_FAILURE,
+    CliError,
+    add_client_security_arguments,
+    fleet_client,
+    positive_int,
+    workload_arg,
+)
 from tuner.cli.jobs_view import (
     print_summary,
     status_json,
@@ -18,6 +25,7 @@ from tuner.cli.jobs_view import (
 
 def _tracker(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tracker", required=True, metavar="HOST:PORT", help="the daemon")
+    add_client_security_arguments(p)
 
 
 def register(subparsers) -> None:
@@ -49,12 +57,6 @@ def register(subparsers) -> None:
     agents.set_defaults(func=run_agents)
 
 
-def _client(args):
-    from tuner.daemon import FleetClient
-
-    return FleetClient(args.tracker)
-
-
 def _fleet_call(fn):
     try:
         return fn()
@@ -67,14 +69,14 @@ def run_submit(args: argparse.Namespace) -> int:
 
     workload = workload_arg(args.workload)
     timing = timing_from_args(args)
-    with _client(args) as client:
+    with fleet_client(args) as client:
         status = _fleet_call(lambda: client.submit(**submit_arguments(workload, args.rpc_key, args, timing)))
     print(f"submitted {status.workload} on key {status.device_key} as job {status.job_id}")
     return 0
 
 
 def run_jobs(args: argparse.Namespace) -> int:
-    with _client(args) as client:
+    with fleet_client(args) as client:
         jobs = _fleet_call(client.jobs)
     if args.json:
         print(json.dumps([status_json(j) for j in jobs], sort_keys=True))
@@ -87,28 +89,28 @@ def run_jobs(args: argparse.Namespace) -> int:
 
 
 def run_status(args: argparse.Namespace) -> int:
-    with _client(args) as client:
+    with fleet_client(args) as client:
         status = _fleet_call(lambda: client.job(args.job))
     print(json.dumps(status_json(status), sort_keys=True) if args.json else status_line(status))
     return 0
 
 
 def run_wait(args: argparse.Namespace) -> int:
-    with _client(args) as client:
+    with fleet_client(args) as client:
         status = _fleet_call(lambda: client.job(args.job))
         final = watch_with_progress(client, status)
     return print_summary(final)
 
 
 def run_cancel(args: argparse.Namespace) -> int:
-    with _client(args) as client:
+    with fleet_client(args) as client:
         status = _fleet_call(lambda: client.cancel(args.job))
     print(status_line(status))
     return 0
 
 
 def run_agents(args: argparse.Namespace) -> int:
-    with _client(args) as client:
+    with fleet_client(args) as client:
         fleet = _fleet_call(client.agents)
     if args.json:
         data = {

@@ -11,7 +11,9 @@ from tuner.cli.common import (
     EXIT_FAILURE,
     WORKLOAD_HELP,
     CliError,
+    add_client_security_arguments,
     add_db_arguments,
+    fleet_client,
     local_device_key,
     non_negative_float,
     open_log,
@@ -51,6 +53,7 @@ def register(subparsers) -> None:
     p.add_argument("--parallel", type=positive_int, default=1, help="build workers of the local agent (default 1)")
     p.add_argument("--tracker", metavar="HOST:PORT", help="the daemon; without it, tune on this host")
     p.add_argument("--rpc-key", metavar="KEY", help="device key of the fleet agents to use (with --tracker)")
+    add_client_security_arguments(p)
     add_db_arguments(p)
     p.set_defaults(func=run)
 
@@ -71,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     if args.tracker:  # the daemon validates against its own templates
         if not args.rpc_key:
             raise CliError("--tracker needs --rpc-key KEY: the device key of the agents to use")
-        with FleetClient(args.tracker) as client:
+        with fleet_client(args) as client:
             return _run_job(client, workload, args.rpc_key, args, timing)
     from tuner.daemon.embedded import local_fleet
 

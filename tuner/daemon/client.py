@@ -8,23 +8,25 @@ from typing import Iterator
 import grpc
 
 from measure_agent.engine import TimingConfig
+from measure_agent.protocol.connection import TlsFiles, auth_metadata, open_channel
 from measure_agent.protocol.convert import timing_to_proto
 from measure_agent.protocol.errors import Unavailable, from_rpc_error
 from measure_agent.protocol.v1 import fleet_pb2 as pb
 from measure_agent.protocol.v1 import fleet_pb2_grpc as pb_grpc
-from tuner.daemon.daemon import GRPC_OPTIONS
 
 
 class FleetClient:
-    def __init__(self, address: str, timeout_s: float = 30.0) -> None:
+    def __init__(self, address: str, timeout_s: float = 30.0, token: str | None = None,
+                 tls: TlsFiles | None = None) -> None:
         self.address = address
         self.timeout_s = timeout_s
-        self._channel = grpc.insecure_channel(address, options=GRPC_OPTIONS)
+        self._metadata = auth_metadata(token)
+        self._channel = open_channel(address, tls)
         self._stub = pb_grpc.ClientServiceStub(self._channel)
 
     def _call(self, method, request, **kwargs):
         try:
-            return method(request, timeout=kwargs.pop("timeout", self.timeout_s), **kwargs)
+            return method(request, timeout=kwargs.pop("timeout", self.timeout_s), metadata=self._metadata, **kwargs)
         except grpc.RpcError as exc:
             raise from_rpc_error(exc) from None
 
@@ -59,7 +61,7 @@ class FleetClient:
         backoff, outage_started = 0.25, None
         while True:
             try:
-                for status in self._stub.WatchJob(pb.JobRef(job_id=job_id)):
+                for status in self._stub.WatchJob(pb.JobRef(job_id=job_id), metadata=self._metadata):
                     outage_started, backoff = None, 0.25
                     yield status
                     if status.state in ("done", "failed", "cancelled"):

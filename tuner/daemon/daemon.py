@@ -5,50 +5,76 @@ from __future__ import annotations
 import logging
 import threading
 from concurrent import futures
+from dataclasses import dataclass
 
 import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from measure_agent.protocol.connection import CHANNEL_OPTIONS
 from measure_agent.protocol.v1 import fleet_pb2_grpc as pb_grpc
 from measure_agent.templates import TemplateCatalog, default_catalog
 from tuner.daemon.jobs import JobManager
 from tuner.daemon.scheduler import Scheduler
+from tuner.daemon.security import TokenAuthInterceptor, server_credentials
 from tuner.daemon.service import AgentService, ClientService
 from tuner.log import TuningLog
 
 logger = logging.getLogger("tunefleet.daemon")
 
-# Requests are small (a workload, a config); anything near this is malformed or hostile.
-MAX_MESSAGE_BYTES = 4 * 1024 * 1024
-GRPC_OPTIONS = [
-    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-]
+GRPC_OPTIONS = CHANNEL_OPTIONS
+SERVICE_NAMES = ("measure_agent.protocol.v1.AgentService", "measure_agent.protocol.v1.ClientService")
+
+
+@dataclass(frozen=True)
+class Security:
+    """TLS files and token lists of a daemon; empty means open (fine on loopback only)."""
+
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    tls_client_ca: str | None = None
+    agent_tokens: tuple[str, ...] = ()
+    client_tokens: tuple[str, ...] = ()
 
 
 def create_server(address: str, agent_service: AgentService, client_service: ClientService,
-                  max_workers: int = 256) -> tuple[grpc.Server, int]:
-    """A started-ready (not started) gRPC server bound to ``address``; port 0 picks a free port."""
+                  security: Security = Security(), max_workers: int = 256) -> tuple[grpc.Server, int, TokenAuthInterceptor]:
+    """A ready (not started) gRPC server bound to ``address`` (port 0 picks a free port), with the
+    health service and, when configured, TLS and token checks."""
+    interceptor = TokenAuthInterceptor(security.agent_tokens, security.client_tokens)
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="tunefleet-rpc"),
-                         options=GRPC_OPTIONS)
+                         options=GRPC_OPTIONS, interceptors=[interceptor])
     pb_grpc.add_AgentServiceServicer_to_server(agent_service, server)
     pb_grpc.add_ClientServiceServicer_to_server(client_service, server)
-    port = server.add_insecure_port(address)
+    health_servicer = health.HealthServicer()
+    for name in ("",) + SERVICE_NAMES:
+        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    if security.tls_cert or security.tls_key:
+        if not (security.tls_cert and security.tls_key):
+            raise ValueError("TLS needs both --tls-cert and --tls-key")
+        port = server.add_secure_port(
+            address, server_credentials(security.tls_cert, security.tls_key, security.tls_client_ca))
+    else:
+        port = server.add_insecure_port(address)
     if port == 0:
         raise OSError(f"cannot listen on {address}")
-    return server, port
+    server.health_servicer = health_servicer  # type: ignore[attr-defined]
+    return server, port, interceptor
 
 
 class Daemon:
     """Everything a daemon runs; ``start()`` then ``stop()`` (also a context manager)."""
 
     def __init__(self, log: TuningLog, listen: str = "127.0.0.1:0", catalog: TemplateCatalog | None = None,
-                 heartbeat_interval_s: float = 2.0, agent_timeout_s: float = 10.0) -> None:
+                 heartbeat_interval_s: float = 2.0, agent_timeout_s: float = 10.0,
+                 security: Security = Security()) -> None:
         self.log = log
         self.catalog = catalog or default_catalog()
         self.scheduler = Scheduler(heartbeat_interval_s, agent_timeout_s)
         self.jobs = JobManager(self.scheduler, log, self.catalog)
-        self.server, self.port = create_server(
-            listen, AgentService(self.scheduler, self.catalog), ClientService(self.jobs, self.scheduler, self.catalog)
+        self.server, self.port, self.auth = create_server(
+            listen, AgentService(self.scheduler, self.catalog), ClientService(self.jobs, self.scheduler, self.catalog),
+            security,
         )
         host = listen.rsplit(":", 1)[0] or "127.0.0.1"
         self.address = f"{host}:{self.port}"
@@ -64,6 +90,7 @@ class Daemon:
 
     def stop(self, grace_s: float = 5.0) -> None:
         """Stop taking calls, stop running jobs (their results are in the log), close."""
+        self.server.health_servicer.enter_graceful_shutdown()
         self._stop.set()
         self.jobs.shutdown()
         self.server.stop(grace_s).wait()

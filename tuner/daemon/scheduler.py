@@ -13,7 +13,7 @@ import itertools
 import threading
 import time
 import uuid
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -80,6 +80,8 @@ class Scheduler:
         self._started_jobs: set[int] = set()
         self._generation = 0
         self.expired_leases = 0
+        self.results_by_status: Counter[str] = Counter()  # accepted results, for metrics
+        self._recent_results: deque[float] = deque(maxlen=100_000)
 
     # -- agents -----------------------------------------------------------------------------
     def register(self, key: str, name: str, capabilities: object, device_info: dict, parallel: int,
@@ -141,6 +143,12 @@ class Scheduler:
     def now(self) -> float:
         return self._clock()
 
+    def results_per_second(self, window_s: float = 60.0) -> float:
+        """Accepted results per second over the last ``window_s`` seconds."""
+        with self._lock:
+            since = self._clock() - window_s
+            return sum(1 for t in self._recent_results if t >= since) / window_s
+
     # -- jobs' side -------------------------------------------------------------------------
     def submit(self, key: str, job_id: int, priority: int, items: Sequence[MeasureInput],
                timing: TimingConfig) -> Batch:
@@ -190,6 +198,14 @@ class Scheduler:
         with self._lock:
             return job_id in self._started_jobs
 
+    def device_keys(self) -> list[str]:
+        """Keys with a live agent or with candidates queued or leased."""
+        with self._lock:
+            keys = {a.key for a in self._agents.values()}
+            keys |= {k for k, queues in self._queues.items() if any(queues.values())}
+            keys |= {c.batch.key for c in self._leases.values()}
+            return sorted(keys)
+
     def key_counts(self, key: str) -> tuple[int, int]:
         """(queued, leased) candidates of a device key."""
         with self._lock:
@@ -230,6 +246,8 @@ class Scheduler:
             if batch.results[candidate.index] is None:
                 batch.results[candidate.index] = result
                 batch.remaining -= 1
+                self.results_by_status[result.status.value] += 1
+                self._recent_results.append(self._clock())
             self._notify()
             return True
 

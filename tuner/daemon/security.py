@@ -1,0 +1,76 @@
+"""The daemon's gate: TLS server credentials and bearer-token checks for agents and clients.
+
+Agent calls (``AgentService``) need an agent token and client calls (``ClientService``) a client
+token, each from its own file, so a leaked client token cannot join a rogue agent and the reverse.
+Health checks stay open. A refused call gets UNAUTHENTICATED and is logged with the peer's address.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+
+import grpc
+
+from measure_agent.protocol.connection import read_pem
+
+logger = logging.getLogger("tunefleet.daemon")
+
+AGENT_SERVICE = "/measure_agent.protocol.v1.AgentService/"
+CLIENT_SERVICE = "/measure_agent.protocol.v1.ClientService/"
+
+
+def server_credentials(cert: str, key: str, client_ca: str | None = None) -> grpc.ServerCredentials:
+    """TLS for the daemon's port; with ``client_ca``, clients must present a certificate it signed."""
+    pair = (read_pem(key, "TLS key"), read_pem(cert, "TLS certificate"))
+    return grpc.ssl_server_credentials([pair], root_certificates=read_pem(client_ca, "client CA"),
+                                       require_client_auth=bool(client_ca))
+
+
+class TokenAuthInterceptor(grpc.ServerInterceptor):
+    """Refuses agent and client calls without a valid token (when tokens are configured)."""
+
+    def __init__(self, agent_tokens: tuple[str, ...] = (), client_tokens: tuple[str, ...] = ()) -> None:
+        self.agent_tokens = agent_tokens
+        self.client_tokens = client_tokens
+        self.refused = 0
+
+    def intercept_service(self, continuation, handler_call_details):
+        method = handler_call_details.method
+        if method.startswith(AGENT_SERVICE):
+            tokens, who = self.agent_tokens, "agent"
+        elif method.startswith(CLIENT_SERVICE):
+            tokens, who = self.client_tokens, "client"
+        else:
+            return continuation(handler_call_details)
+        if not tokens or _presented_token_ok(handler_call_details.invocation_metadata, tokens):
+            return continuation(handler_call_details)
+        self.refused += 1
+        handler = continuation(handler_call_details)
+        return _refusing(handler, f"the daemon refused the {who} token (missing or wrong)", method)
+
+
+def _presented_token_ok(metadata, tokens: tuple[str, ...]) -> bool:
+    presented = next((value for key, value in metadata or () if key == "authorization"), "")
+    if not presented.startswith("Bearer "):
+        return False
+    candidate = presented[len("Bearer "):].encode()
+    # compare against every token without stopping early: no timing hint about which one matched
+    return any([hmac.compare_digest(candidate, token.encode()) for token in tokens])
+
+
+def _refusing(handler, message: str, method: str):
+    def abort(request, context):
+        logger.warning("refused %s from %s: %s", method, context.peer(), message)
+        context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+
+    def abort_stream(request, context):
+        abort(request, context)
+        yield  # pragma: no cover - abort raises
+
+    if handler is None:
+        return None
+    if handler.response_streaming:
+        return grpc.unary_stream_rpc_method_handler(abort_stream, handler.request_deserializer,
+                                                    handler.response_serializer)
+    return grpc.unary_unary_rpc_method_handler(abort, handler.request_deserializer, handler.response_serializer)
