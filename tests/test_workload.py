@@ -78,3 +78,38 @@ def test_conv_workloads_default_and_per_axis_window():
 def test_bad_conv_and_oversize_workloads(text, fragment):
     with pytest.raises(WorkloadError, match=fragment):
         parse_workload(text)
+
+
+@pytest.mark.parametrize(
+    "compact, canonical",
+    [
+        ("matmul_512x512x512", "matmul(M=512,N=512,K=512,dtype=float32)"),
+        ("dense_1x1000x2048", "dense(M=1,N=1000,K=2048,dtype=float32)"),
+        ("batch_matmul_8x128x128x64_float64", "batch_matmul(B=8,M=128,N=128,K=64,dtype=float64)"),
+        ("conv2d_nchw_1x64x56x56_k64_r3s3_s1_p1",
+         "conv2d_nchw(N=1,C=64,H=56,W=56,K=64,R=3,S=3,stride=1,pad=1,dilation=1,dtype=float32)"),
+        ("conv2d_nhwc_1x8x9x9_k4_r3s3_s2x1_p1x0_d2",
+         "conv2d_nhwc(N=1,C=8,H=9,W=9,K=4,R=3,S=3,stride_h=2,stride_w=1,pad_h=1,pad_w=0,dilation=2,dtype=float32)"),
+        ("depthwise_conv2d_nchw_1x32x112x112_r3s3_s1_p1_m2",
+         "depthwise_conv2d_nchw(N=1,C=32,H=112,W=112,R=3,S=3,stride=1,pad=1,dilation=1,multiplier=2,dtype=float32)"),
+    ],
+)
+def test_compact_forms(compact, canonical):
+    assert parse_workload(compact).key == canonical
+
+
+@pytest.mark.parametrize(
+    "compact, fragment",
+    [
+        ("matmul_512x512", "2 sizes given, matmul takes 3"),
+        ("conv2d_nchw_1x64x56x56_r3s3", "missing K"),
+        ("conv2d_nchw_1x64x56x56_k64_r3s3_q1", "unknown segment 'q1'"),
+        ("conv2d_nchw_1x64x56x56_k64_k32_r3s3", "given twice"),
+        ("matmul_512x512x512_k3", "takes nothing after its sizes"),
+        ("dense_k3_1x2x3", "the sizes must come first"),
+    ],
+)
+def test_ambiguous_compact_forms_are_refused_with_the_canonical_syntax(compact, fragment):
+    with pytest.raises(WorkloadError) as info:
+        parse_workload(compact)
+    assert fragment in str(info.value) and "write it as" in str(info.value) and "(" in str(info.value)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from measure_agent.workload.compact import CompactFormError, expand_compact, looks_compact
 from measure_agent.workload.operators import OPERATORS, OperatorSpec, elements
 
 SUPPORTED_DTYPES = ("float32", "float64")
@@ -73,12 +74,18 @@ def _first_of(spec: OperatorSpec, second: str) -> str:
 
 
 def parse_workload(text: str) -> Workload:
-    """Parse ``op(NAME=INT,...[,dtype=...])`` into a :class:`Workload`.
+    """Parse ``op(NAME=INT,...[,dtype=...])`` or a compact name (``matmul_512x512x512``).
 
     Raises :class:`WorkloadError` with a one-line message naming the problem.
     """
     if not isinstance(text, str) or not text.strip():
         raise WorkloadError("empty workload; expected e.g. matmul(M=512,N=512,K=512)")
+    if looks_compact(text.strip()):
+        try:
+            op, args = expand_compact(text.strip())
+        except CompactFormError as exc:
+            raise WorkloadError(str(exc)) from None
+        return make_workload(op, args)
     match = _CALL_RE.match(text)
     if not match:
         raise WorkloadError(

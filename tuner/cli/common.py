@@ -14,7 +14,8 @@ if TYPE_CHECKING:
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
 
-WORKLOAD_HELP = "workload as OP(NAME=SIZE,...[,dtype=float32|float64]), e.g. 'matmul(M=512,N=512,K=512)'"
+WORKLOAD_HELP = ("workload as OP(NAME=SIZE,...[,dtype=float32|float64]), e.g. 'matmul(M=512,N=512,K=512)', "
+                 "or compact, e.g. matmul_512x512x512 (see tuner --help)")
 
 
 class CliError(Exception):
