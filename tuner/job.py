@@ -21,6 +21,7 @@ from measure_agent.workload import Workload
 from tuner.log import TrialRecord, TuningLog
 from tuner.measure import MeasurementAborted, Measurer
 from tuner.search import Observation, make_strategy
+from tuner.steering import steer_space
 from tuner.search.transfer import prior_from_log
 
 
@@ -30,8 +31,10 @@ class TuneOptions:
     strategy: str = "xgb"
     seed: int = 0
     early_stopping: int | None = None  # stop after this many trials without improvement
-    batch_size: int | None = None  # default: the measurer's parallelism, at least 4
-    target: str = "cpu"
+    batch_size: int | None = None  # default: twice the measurer's parallelism, at least 4
+    target: str = "cpu"  # the template family
+    pins: tuple[tuple[str, str], ...] = ()  # (knob, raw value) fixed by the user
+    constraints: tuple[str, ...] = ()  # expressions every measured config satisfies
     transfer: bool = True  # start from the log's records of other workloads/devices (tuner.search.transfer)
     time_budget_s: float | None = None  # propose nothing new after this many seconds of wall time
 
@@ -99,8 +102,9 @@ class TuningJob:
         self.template = catalog.get(workload.op, options.target)
         # The space may depend on the device (vector width, GPU limits): use what the measurer reports.
         device = DeviceInfo.from_json(measurer.device_info) if measurer.device_info else None
-        self.space = catalog.space(workload, options.target, device)
-        self.default_config = self.template.default_config(workload, self.space)
+        full_space = catalog.space(workload, options.target, device)
+        self.space = steer_space(full_space, options.pins, options.constraints)
+        self.default_config = self.template.default_config(workload, full_space)
         self.on_progress = on_progress or (lambda progress: None)
         self.job_id = job_id
 
@@ -118,13 +122,15 @@ class TuningJob:
         measured = {d for d in (self._digest(r.config) for r in history) if d}
         job_id = self.job_id or self.log.create_job(
             key[0], key[1], opts.target, opts.strategy, opts.trials,
-            {"seed": opts.seed, "early_stopping": opts.early_stopping, "template_version": self.measurer.template_version},
+            {"seed": opts.seed, "early_stopping": opts.early_stopping, "template_version": self.measurer.template_version,
+             "pins": [f"{k}={v}" for k, v in opts.pins], "constraints": list(opts.constraints)},
         )
         best = min((r.mean_s for r in history if r.mean_s), default=math.inf)
         measured_now = errors = since_improvement = 0
         stopped_early = False
         status_counts: dict[str, int] = {}
-        pending_default = self.default_config.digest not in measured
+        # the default is measured for the speed-up report, unless the user's pins exclude it
+        pending_default = self.default_config.digest not in measured and self.space.is_valid(self.default_config)
         in_flight: set[str] = set()
         final_status: str | None = "failed"
         try:

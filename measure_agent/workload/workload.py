@@ -80,6 +80,9 @@ def parse_workload(text: str) -> Workload:
     """
     if not isinstance(text, str) or not text.strip():
         raise WorkloadError("empty workload; expected e.g. matmul(M=512,N=512,K=512)")
+    if ".." in text:
+        raise WorkloadError(f"{text.strip()!r} is a shape range (LOW..HIGH), a family of workloads: tune it with "
+                            "'tuner tune', which tunes representative shapes; other commands take one shape")
     if looks_compact(text.strip()):
         try:
             op, args = expand_compact(text.strip())

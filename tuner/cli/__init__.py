@@ -5,18 +5,34 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tuner.cli import best, daemon, db, fleet, history, kernel, logfile, strategies, tune
+from tuner.cli import best, daemon, db, fleet, history, kernel, logfile, model, report, space, strategies, tune, verify
 from tuner.cli.common import CliError
 
-COMMAND_MODULES = (tune, best, kernel, logfile, daemon, fleet, db, history, strategies)
+EPILOG = """\
+workloads:
+  OP(NAME=SIZE,...[,dtype=float32|float64]), e.g. matmul(M=512,N=512,K=512), with OP one of
+  matmul(M,N,K), dense(M,N,K), batch_matmul(B,M,N,K), conv2d_nchw / conv2d_nhwc(N,C,H,W,K,R,S,
+  [stride],[pad],[dilation]), depthwise_conv2d_nchw / _nhwc(N,C,H,W,R,S,[stride],[pad],[dilation],
+  [multiplier]); stride/pad/dilation set both axes, or give stride_h=,stride_w= (and so on).
+  compact forms, as TVM users write them:
+    matmul_MxNxK   dense_MxNxK   batch_matmul_BxMxNxK
+    conv2d_nchw_NxCxHxW_kK_rRsS[_sS|_sHxW][_pP|_pHxW][_dD]     (also conv2d_nhwc_...)
+    depthwise_conv2d_nchw_NxCxHxW_rRsS[_sS][_pP][_dD][_mM]     (M: channel multiplier)
+    optional last segment: _float64
+  anything ambiguous is refused with the canonical syntax.
+
+The tuning log is SQLite at ~/.local/share/tunefleet/tuning.db unless --db or TUNEFLEET_DB says otherwise.
+"""
+
+COMMAND_MODULES = (tune, best, kernel, space, logfile, daemon, fleet, db, history, strategies, report, model, verify)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tuner",
         description="tunefleet: auto-tune tensor kernels, record results, query the best configs.",
-        epilog="Workloads: OP(NAME=SIZE,...), e.g. matmul(M=512,N=512,K=512); dtype defaults to float32. "
-        "The tuning log is SQLite at ~/.local/share/tunefleet/tuning.db unless --db or TUNEFLEET_DB says otherwise.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in COMMAND_MODULES:

@@ -65,7 +65,11 @@ def run(args: argparse.Namespace) -> int:
         device = f"  {match.device_key}" if len(keys) > 1 else ""
         print(f"#{rank} {row['mean_s'] * 1e3:.4f} ms  {gflops}{device}  {json.dumps(row['config'], sort_keys=True)}")
     first = matches[0]
-    if first.approximate:
+    if first.family:
+        print(f"RANGE: {workload.key} is in the tuned range {first.family}; served by the config tuned for its "
+              f"nearest representative {first.tuned_workload} (log-distance {first.distance:.2f}); "
+              "times are that workload's")
+    elif first.approximate:
         print(f"APPROXIMATE: {workload.key} was never tuned on {device_key}; these configs were tuned for "
               f"{first.tuned_workload} (nearest tuned shape, log-distance {first.distance:.2f}); "
               "times are that workload's")

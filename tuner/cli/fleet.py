@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from measure_agent.protocol.errors import FleetError
+from measure_agent.protocol.errors import FleetError, InvalidRequest
 from tuner.cli.common import (
     EXIT_FAILURE,
     CliError,
@@ -70,7 +70,12 @@ def run_submit(args: argparse.Namespace) -> int:
     workload = workload_arg(args.workload)
     timing = timing_from_args(args)
     with fleet_client(args) as client:
-        status = _fleet_call(lambda: client.submit(**submit_arguments(workload, args.rpc_key, args, timing)))
+        try:
+            status = client.submit(**submit_arguments(workload, args.rpc_key, args, timing))
+        except InvalidRequest as exc:
+            raise CliError(str(exc)) from None  # bad input: exit 2
+        except FleetError as exc:
+            raise CliError(str(exc), EXIT_FAILURE) from None
     print(f"submitted {status.workload} on key {status.device_key} as job {status.job_id}")
     return 0
 

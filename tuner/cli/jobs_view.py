@@ -14,7 +14,8 @@ from tuner.cli.common import EXIT_FAILURE, CliError
 def submit_arguments(workload: Workload, device_key: str, args: argparse.Namespace, timing: TimingConfig) -> dict:
     return dict(workload=workload.key, device_key=device_key, target=args.target, strategy=args.strategy,
                 trials=args.trials, seed=args.seed, early_stopping=args.early_stopping, priority=args.priority,
-                timing=timing, wait_timeout_s=args.wait_timeout)
+                timing=timing, wait_timeout_s=args.wait_timeout, pins=tuple(args.pin),
+                constraints=tuple(args.constraint))
 
 
 def gflops_of(status, seconds: float | None) -> float | None:

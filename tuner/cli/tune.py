@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from measure_agent.engine import TimingConfig
-from measure_agent.protocol.errors import FleetError
+from measure_agent.protocol.errors import FleetError, InvalidRequest
 from measure_agent.templates import TemplateNotFound, default_catalog
 from tuner.cli.common import (
     EXIT_FAILURE,
@@ -27,8 +27,11 @@ from tuner.search import DEFAULT_STRATEGY, STRATEGIES
 
 def add_job_arguments(p: argparse.ArgumentParser) -> None:
     """What a job is: shared by ``tune`` and ``submit``."""
-    p.add_argument("--workload", required=True, help=WORKLOAD_HELP)
-    p.add_argument("--target", default="cpu", help="template family (default: cpu)")
+    p.add_argument("--workload", required=True,
+                   help=WORKLOAD_HELP + "; a size may be a range LOW..HIGH (e.g. M=1..512) to tune a family of shapes")
+    p.add_argument("--target", default="cpu",
+                   help='cpu, cuda, or a TVM-style target such as "cuda -arch=sm_72" or "llvm -mattr=+avx2" '
+                   "(on a fleet, only matching agents measure); default cpu")
     p.add_argument("--strategy", default=DEFAULT_STRATEGY, choices=sorted(STRATEGIES))
     p.add_argument("--trials", type=positive_int, default=64,
                    help="distinct configs the log should hold for this workload and device when done "
@@ -45,6 +48,12 @@ def add_job_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--priority", type=int, default=0, help="fleet jobs of higher priority are served first")
     p.add_argument("--wait-timeout", type=non_negative_float, default=0.0, metavar="SECONDS",
                    help="fail when no agent of the key is present for this long (default: wait)")
+    p.add_argument("--pin", action="append", default=[], metavar="KNOB=VALUE",
+                   help="fix a knob (repeatable); VALUE as JSON, e.g. --pin parallel=true --pin tile_n=[4,1,16]; "
+                   "see 'tuner space' for the knobs")
+    p.add_argument("--constraint", action="append", default=[], metavar="EXPR",
+                   help='narrow the space (repeatable), e.g. "tile_m * tile_n <= 4096"; a split knob stands for '
+                   "its tile size")
 
 
 def register(subparsers) -> None:
@@ -68,29 +77,68 @@ def timing_from_args(args: argparse.Namespace) -> TimingConfig:
 
 def run(args: argparse.Namespace) -> int:
     from tuner.daemon import FleetClient
+    from tuner.steering import SteeringError, parse_target
 
-    workload = workload_arg(args.workload)
+    workloads, family = _workloads(args.workload)
     timing = timing_from_args(args)
     if args.tracker:  # the daemon validates against its own templates
         if not args.rpc_key:
             raise CliError("--tracker needs --rpc-key KEY: the device key of the agents to use")
         with fleet_client(args) as client:
-            return _run_job(client, workload, args.rpc_key, args, timing)
+            return _run_jobs(client, workloads, family, args.rpc_key, args, timing)
+    from measure_agent.device import detect_device
     from tuner.daemon.embedded import local_fleet
 
     try:
-        default_catalog().get(workload.op, args.target)
-    except TemplateNotFound as exc:
+        target = parse_target(args.target)
+        default_catalog().get(workloads[0].op, target.family)
+    except (SteeringError, TemplateNotFound) as exc:
         raise CliError(str(exc)) from None
+    device = detect_device()
+    if target.has_requirements and not target.matches(device.to_json()):
+        raise CliError(f"this host ({device.cpu_model}, {' '.join(device.isa_features)}) does not match target "
+                       f"{target.text!r}; run it on a fleet with --tracker", EXIT_FAILURE)
     device_key = args.device_key or local_device_key()
-    with open_log(args.db) as log, local_fleet(log, device_key, parallel=args.parallel) as daemon:
+    with open_log(args.db) as log, local_fleet(log, device_key, parallel=args.parallel, device=device) as daemon:
         with FleetClient(daemon.address) as client:
-            return _run_job(client, workload, device_key, args, timing)
+            return _run_jobs(client, workloads, family, device_key, args, timing)
 
 
-def _run_job(client, workload, device_key: str, args: argparse.Namespace, timing: TimingConfig) -> int:
+def _workloads(text: str):
+    """The workloads to tune: one, or the representative shapes of a range (a family)."""
+    from measure_agent.workload import WorkloadError
+    from measure_agent.workload.family import is_family, parse_family
+
+    if not is_family(text):
+        return [workload_arg(text)], None
     try:
-        status = client.submit(**submit_arguments(workload, device_key, args, timing))
+        family = parse_family(text)
+    except WorkloadError as exc:
+        raise CliError(str(exc)) from None
+    shapes = family.representatives()
+    if not shapes:
+        raise CliError(f"no valid shape in the range {family.key}")
+    return shapes, family
+
+
+def _run_jobs(client, workloads, family, device_key: str, args: argparse.Namespace, timing: TimingConfig) -> int:
+    if family is not None:
+        print(f"shape range {family.key}: tuning {len(workloads)} representative shapes "
+              f"({', '.join(w.key for w in workloads)})", flush=True)
+    worst = 0
+    for workload in workloads:
+        worst = max(worst, _run_job(client, workload, device_key, args, timing, family.key if family else ""))
+    if family is not None:
+        print(f"family {family.key} recorded: any shape in the range is served by the nearest representative")
+    return worst
+
+
+def _run_job(client, workload, device_key: str, args: argparse.Namespace, timing: TimingConfig,
+             family: str = "") -> int:
+    try:
+        status = client.submit(**submit_arguments(workload, device_key, args, timing), family=family)
+    except InvalidRequest as exc:
+        raise CliError(str(exc)) from None  # bad input: exit 2
     except FleetError as exc:
         raise CliError(str(exc), EXIT_FAILURE) from None
     try:

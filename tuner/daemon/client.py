@@ -32,10 +32,12 @@ class FleetClient:
 
     def submit(self, workload: str, device_key: str, *, target: str = "cpu", strategy: str = "xgb",
                trials: int = 64, seed: int = 0, early_stopping: int | None = None, priority: int = 0,
-               timing: TimingConfig | None = None, wait_timeout_s: float = 0.0) -> pb.JobStatus:
+               timing: TimingConfig | None = None, wait_timeout_s: float = 0.0, pins: tuple[str, ...] = (),
+               constraints: tuple[str, ...] = (), family: str = "") -> pb.JobStatus:
         spec = pb.JobSpec(workload=workload, device_key=device_key, target=target, strategy=strategy, trials=trials,
                           seed=seed, early_stopping=early_stopping or 0, priority=priority,
-                          wait_timeout_s=wait_timeout_s)
+                          wait_timeout_s=wait_timeout_s, pins=list(pins), constraints=list(constraints),
+                          family=family)
         if timing is not None:
             spec.timing.CopyFrom(timing_to_proto(timing))
         return self._call(self._stub.SubmitJob, spec)

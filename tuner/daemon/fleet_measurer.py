@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from typing import Sequence
+from typing import Callable, Sequence
 
 from measure_agent.engine import MeasureInput, MeasureResult, TimingConfig
 from tuner.daemon.scheduler import Batch, Scheduler
@@ -15,7 +15,8 @@ class FleetMeasurer(Measurer):
 
     def __init__(self, scheduler: Scheduler, device_key: str, job_id: int, priority: int, timing: TimingConfig,
                  template_version: str, cancel: threading.Event, wait_timeout_s: float = 0.0,
-                 interrupt: threading.Event | None = None) -> None:
+                 interrupt: threading.Event | None = None,
+                 requirement: Callable[[dict], bool] | None = None) -> None:
         self.scheduler = scheduler
         self.device_key = device_key
         self.job_id = job_id
@@ -25,20 +26,22 @@ class FleetMeasurer(Measurer):
         self.cancel = cancel
         self.wait_timeout_s = wait_timeout_s
         self.interrupt = interrupt or threading.Event()
+        self.requirement = requirement  # which agents of the key may measure (target options)
         self._batches: list[tuple[Batch, set[int]]] = []  # with the indices already collected
         self._waiting_since: float | None = None
 
     @property
     def parallelism(self) -> int:  # type: ignore[override]
-        return self.scheduler.parallelism(self.device_key)
+        return self.scheduler.parallelism(self.device_key, self.requirement)
 
     @property
     def device_info(self) -> dict:  # type: ignore[override]
-        return self.scheduler.device_info(self.device_key)
+        return self.scheduler.device_info(self.device_key, self.requirement)
 
     def submit(self, items: Sequence[MeasureInput]) -> None:
         if items:
-            batch = self.scheduler.submit(self.device_key, self.job_id, self.priority, items, self.timing)
+            batch = self.scheduler.submit(self.device_key, self.job_id, self.priority, items, self.timing,
+                                          self.requirement)
             self._batches.append((batch, set()))
 
     def collect(self, timeout_s: float) -> list[tuple[MeasureInput, MeasureResult]]:

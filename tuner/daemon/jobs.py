@@ -7,7 +7,7 @@ import re
 import threading
 import time
 from dataclasses import dataclass, field, replace
-from typing import Iterator
+from typing import Iterator, Sequence
 
 from measure_agent.engine import TimingConfig
 from measure_agent.protocol.errors import InvalidRequest, NotFound
@@ -19,6 +19,7 @@ from tuner.job import Progress, TuneOptions, TuningJob
 from tuner.log import JobRecord, NotFoundError, TuningLog
 from tuner.measure import MeasurementAborted
 from tuner.search import STRATEGIES
+from tuner.steering import SteeringError, TargetSpec, parse_pin, parse_target, steer_space
 
 DEVICE_KEY_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:+-]{0,127}$")
 MAX_TRIALS = 1_000_000
@@ -38,16 +39,26 @@ class JobRequest:
     priority: int = 0
     timing: TimingConfig = TimingConfig()
     wait_timeout_s: float = 0.0
+    pins: tuple[tuple[str, str], ...] = ()
+    constraints: tuple[str, ...] = ()
+
+    @property
+    def target_spec(self) -> TargetSpec:
+        return parse_target(self.target)
 
 
 def validate_request(workload: str, device_key: str, target: str, strategy: str, trials: int, seed: int,
                      early_stopping: int, priority: int, timing: TimingConfig | None, wait_timeout_s: float,
-                     catalog: TemplateCatalog) -> JobRequest:
+                     catalog: TemplateCatalog, pins: Sequence[str] = (), constraints: Sequence[str] = ()) -> JobRequest:
     """A :class:`JobRequest` from raw fields; raises :class:`InvalidRequest` naming the problem."""
     try:
         parsed = parse_workload(workload)
-        catalog.get(parsed.op, target or "cpu")
-    except (WorkloadError, TemplateNotFound) as exc:
+        spec = parse_target(target or "cpu")
+        catalog.get(parsed.op, spec.family)
+        pairs = tuple(parse_pin(p) for p in pins)
+        # pins and constraints are checked against the space now, so a bad one fails the submission
+        steer_space(catalog.space(parsed, spec.family), pairs, tuple(constraints))
+    except (WorkloadError, TemplateNotFound, SteeringError) as exc:
         raise InvalidRequest(str(exc)) from None
     if not DEVICE_KEY_RE.match(device_key or ""):
         raise InvalidRequest(f"invalid device key {device_key!r}: letters, digits and ._:+- only, at most 128")
@@ -59,8 +70,8 @@ def validate_request(workload: str, device_key: str, target: str, strategy: str,
         raise InvalidRequest("early stopping and wait timeout must not be negative")
     if not -1000 <= priority <= 1000:
         raise InvalidRequest("priority must be between -1000 and 1000")
-    return JobRequest(parsed, device_key, target or "cpu", strategy, trials, seed, early_stopping or None,
-                      priority, timing or TimingConfig(), wait_timeout_s)
+    return JobRequest(parsed, device_key, spec.text, strategy, trials, seed, early_stopping or None,
+                      priority, timing or TimingConfig(), wait_timeout_s, pairs, tuple(constraints))
 
 
 @dataclass(frozen=True)
@@ -103,7 +114,8 @@ def _options_of(request: JobRequest, template_version: str) -> dict:
     return {
         "fleet": True, "seed": request.seed, "early_stopping": request.early_stopping,
         "priority": request.priority, "wait_timeout_s": request.wait_timeout_s,
-        "template_version": template_version,
+        "template_version": template_version, "target": request.target,
+        "pins": [f"{k}={v}" for k, v in request.pins], "constraints": list(request.constraints),
         "timing": {"number": t.number, "repeat": t.repeat, "min_repeat_ms": t.min_repeat_ms, "warmup": t.warmup,
                    "build_timeout_s": t.build_timeout_s, "run_timeout_s": t.run_timeout_s},
     }
@@ -112,7 +124,9 @@ def _options_of(request: JobRequest, template_version: str) -> dict:
 def _request_of(record: JobRecord) -> JobRequest:
     options = record.options
     return JobRequest(
-        workload=parse_workload(record.workload_key), device_key=record.device_key, target=record.target,
+        workload=parse_workload(record.workload_key), device_key=record.device_key,
+        target=options.get("target", record.target),
+        pins=tuple(parse_pin(p) for p in options.get("pins", ())), constraints=tuple(options.get("constraints", ())),
         strategy=record.strategy, trials=record.trials, seed=int(options.get("seed", 0)),
         early_stopping=options.get("early_stopping"), priority=int(options.get("priority", 0)),
         timing=TimingConfig(**options["timing"]) if "timing" in options else TimingConfig(),
@@ -131,8 +145,8 @@ class JobManager:
         self._changed = threading.Condition()
 
     def submit(self, request: JobRequest) -> JobSnapshot:
-        job_id = self.log.create_job(request.workload.key, request.device_key, request.target, request.strategy,
-                                     request.trials, _options_of(request, self.catalog.version))
+        job_id = self.log.create_job(request.workload.key, request.device_key, request.target_spec.family,
+                                     request.strategy, request.trials, _options_of(request, self.catalog.version))
         self._start(JobSnapshot(job_id=job_id, state="running", request=request, created_at=time.time()))
         return self.get(job_id)
 
@@ -238,9 +252,15 @@ class JobManager:
     def _with_counts(self, snapshot: JobSnapshot) -> JobSnapshot:
         queued, leased = self.scheduler.job_counts(snapshot.job_id)
         state = snapshot.state
+        message = snapshot.message
         if state == "running" and not self.scheduler.job_started(snapshot.job_id):
             state = "queued"  # nothing has reached an agent yet
-        return replace(snapshot, queued=queued, leased=leased, state=state)
+            key, target = snapshot.request.device_key, snapshot.request.target_spec
+            if target.has_requirements and self.scheduler.agent_count(key) and not self.scheduler.agent_count(
+                    key, target.matches):
+                message = (f"no registered agent of key {key} matches target {target.text!r}; "
+                           "it waits for one that does")
+        return replace(snapshot, queued=queued, leased=leased, state=state, message=message)
 
     def _update(self, job: _Job, **changes) -> None:
         with self._changed:
@@ -249,9 +269,11 @@ class JobManager:
 
     def _run(self, job: _Job) -> None:
         request = job.snapshot.request
+        target = request.target_spec
         measurer = FleetMeasurer(self.scheduler, request.device_key, job.snapshot.job_id, request.priority,
                                  request.timing, self.catalog.version, job.cancel, request.wait_timeout_s,
-                                 interrupt=job.interrupt)
+                                 interrupt=job.interrupt,
+                                 requirement=target.matches if target.has_requirements else None)
         flops = request.workload.flops
 
         def on_progress(progress: Progress) -> None:
@@ -260,7 +282,8 @@ class JobManager:
                          best_mean_s=best)
 
         options = TuneOptions(trials=request.trials, strategy=request.strategy, seed=request.seed,
-                              early_stopping=request.early_stopping, target=request.target)
+                              early_stopping=request.early_stopping, target=target.family,
+                              pins=request.pins, constraints=request.constraints)
         try:
             tuning = TuningJob(request.workload, measurer, self.log, self.catalog, options,
                                on_progress=on_progress, job_id=job.snapshot.job_id)

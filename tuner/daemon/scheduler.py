@@ -45,6 +45,7 @@ class Batch:
     results: list[MeasureResult | None]
     remaining: int
     cancelled: bool = False
+    requirement: Callable[[dict], bool] | None = None  # which agents may measure it (target options)
 
 
 @dataclass
@@ -122,15 +123,22 @@ class Scheduler:
             self._expire_dead_agents()
             return sorted(self._agents.values(), key=lambda a: (a.key, a.name, a.agent_id))
 
-    def parallelism(self, key: str) -> int:
+    def parallelism(self, key: str, requirement: Callable[[dict], bool] | None = None) -> int:
         with self._lock:
-            return sum(a.parallel for a in self._agents.values() if a.key == key)
+            return sum(a.parallel for a in self._agents.values()
+                       if a.key == key and (requirement is None or requirement(a.device_info)))
 
-    def device_info(self, key: str) -> dict:
-        """Device info of the most recently registered agent of ``key`` ({} when none)."""
+    def device_info(self, key: str, requirement: Callable[[dict], bool] | None = None) -> dict:
+        """Device info of the most recently registered agent of ``key`` that meets ``requirement``."""
         with self._lock:
-            agents = [a for a in self._agents.values() if a.key == key]
+            agents = [a for a in self._agents.values()
+                      if a.key == key and (requirement is None or requirement(a.device_info))]
             return max(agents, key=lambda a: a.registered_at).device_info if agents else {}
+
+    def agent_count(self, key: str, requirement: Callable[[dict], bool] | None = None) -> int:
+        with self._lock:
+            return sum(1 for a in self._agents.values()
+                       if a.key == key and (requirement is None or requirement(a.device_info)))
 
     def seconds_without_agents(self, key: str, since: float) -> float:
         """How long ``key`` has had no live agent (0 while it has one), counting from ``since``."""
@@ -151,8 +159,8 @@ class Scheduler:
 
     # -- jobs' side -------------------------------------------------------------------------
     def submit(self, key: str, job_id: int, priority: int, items: Sequence[MeasureInput],
-               timing: TimingConfig) -> Batch:
-        batch = Batch(job_id, key, tuple(items), timing, [None] * len(items), len(items))
+               timing: TimingConfig, requirement: Callable[[dict], bool] | None = None) -> Batch:
+        batch = Batch(job_id, key, tuple(items), timing, [None] * len(items), len(items), requirement=requirement)
         with self._lock:
             queue = self._queues.setdefault(key, {}).setdefault(job_id, deque())
             queue.extend(Candidate(batch, i, priority) for i in range(len(items)))
@@ -260,7 +268,8 @@ class Scheduler:
         queues = self._queues.get(agent.key, {})
         taken: list[Candidate] = []
         while len(taken) < n:
-            ready = [(job_id, q) for job_id, q in queues.items() if q]
+            ready = [(job_id, q) for job_id, q in queues.items()
+                     if q and (q[0].batch.requirement is None or q[0].batch.requirement(agent.device_info))]
             if not ready:
                 break
             # Highest priority first; among equals, the job served longest ago.

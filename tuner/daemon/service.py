@@ -19,6 +19,8 @@ from measure_agent.protocol.errors import FleetError, InvalidRequest, VersionMis
 from measure_agent.protocol.v1 import fleet_pb2 as pb
 from measure_agent.protocol.v1 import fleet_pb2_grpc as pb_grpc
 from measure_agent.templates import TemplateCatalog
+from measure_agent.workload import WorkloadError
+from measure_agent.workload.family import parse_family
 from tuner.daemon.jobs import DEVICE_KEY_RE, JobManager, JobSnapshot, validate_request
 from tuner.daemon.scheduler import Scheduler
 
@@ -114,11 +116,20 @@ class ClientService(pb_grpc.ClientServiceServicer):
             job = validate_request(
                 request.workload, request.device_key, request.target, request.strategy or "xgb", request.trials,
                 request.seed, request.early_stopping, request.priority, timing, request.wait_timeout_s, self.catalog,
+                pins=tuple(request.pins), constraints=tuple(request.constraints),
             )
         except ValueError as exc:  # timing out of bounds
             abort(context, InvalidRequest(str(exc)))
         except FleetError as exc:
             abort(context, exc)
+        if request.family:
+            try:
+                family = parse_family(request.family)
+            except WorkloadError as exc:
+                abort(context, InvalidRequest(str(exc)))
+            if not family.contains(job.workload):
+                abort(context, InvalidRequest(f"{job.workload.key} is not in the range {family.key}"))
+            self.manager.log.record_family(family.key, family.op, family.dtype, [job.workload.key])
         snapshot = self.manager.submit(job)
         logger.info("job %d submitted: %s on key %s", snapshot.job_id, job.workload.key, job.device_key)
         return job_status(snapshot)

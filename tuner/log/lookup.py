@@ -47,6 +47,7 @@ class BestMatch:
     config: dict  # JSON form of the config for ``workload`` (transferred when approximate)
     approximate: bool = False
     distance: float = 0.0
+    family: str | None = None  # the shape-range family that served it, if any
 
     @property
     def tuned_workload(self) -> str:
@@ -79,6 +80,8 @@ class BestMatch:
             "approximate": self.approximate,
             "tuned_workload": self.tuned_workload,
         }
+        if self.family:
+            data["family"] = self.family
         if self.approximate:
             data["distance"] = self.distance
             if self.config != self.record.config:
@@ -122,8 +125,10 @@ def find_best(
 ) -> list[BestMatch]:
     """Up to ``top`` configs for ``workload`` on the device(s), best first; ``[]`` if none.
 
-    Exact matches come first and alone; with ``nearest`` and no exact match, the nearest tuned
-    shape's (module docstring). ``validate`` also drops exact matches whose config the installed
+    Exact matches come first and alone. Without one, a shape inside the range of a tuned family
+    (``tuner tune --workload "matmul(M=1..512,...)"``) gets the config of the family's nearest
+    representative valid for it, always; other shapes get the nearest tuned shape's only with
+    ``nearest`` (module docstring). ``validate`` also drops exact matches whose config the installed
     template no longer accepts. ``catalog`` defaults to the production templates (needed only for
     ``nearest`` and ``validate``).
     """
@@ -147,10 +152,19 @@ def find_best(
                 break
     else:
         exact = [BestMatch(workload.key, r, r.config) for r in source.best(workload.key, device_keys, target, top=top)]
-    if exact or not nearest:
+    if exact:
         return exact
+    # A shape inside a tuned family's range is served by the family's nearest representative,
+    # without asking for --nearest: that is what tuning a range is for.
+    family, members = _family_of(source, workload)
+    if family is None and not nearest:
+        return []
+    if space is None:
+        space = _space(workload, target, catalog)
+    tuned = set(source.tuned_workload_keys(workload.op, workload.dtype, device_keys, target))
+    keys = [k for k in members if k in tuned] if family is not None else sorted(tuned)
     candidates = []
-    for key in source.tuned_workload_keys(workload.op, workload.dtype, device_keys, target):
+    for key in keys:
         other = parse_workload(key)
         if other.key == workload.key:
             continue
@@ -163,12 +177,32 @@ def find_best(
                 config = transfer_config(space, record.config)
             except ConfigError:
                 continue
-            found.append(BestMatch(workload.key, record, config.to_json(), approximate=True, distance=distance))
+            found.append(BestMatch(workload.key, record, config.to_json(), approximate=True, distance=distance,
+                                   family=family))
             if len(found) == top:
                 break
         if found:
             return found
     return []
+
+
+def _family_of(source: BestSource, workload: Workload) -> tuple[str | None, list[str]]:
+    """The tuned family whose range contains ``workload`` (the narrowest if several), and its members."""
+    from measure_agent.workload.family import parse_family
+
+    families = getattr(source, "families", None)  # best-configs files carry no families
+    if families is None:
+        return None, []
+    found = []
+    for key, members in families(workload.op, workload.dtype):
+        family = parse_family(key)
+        if family.contains(workload):
+            width = sum(math.log2(hi / lo) for _, lo, hi in family.ranges)
+            found.append((width, key, members))
+    if not found:
+        return None, []
+    _, key, members = min(found)
+    return key, members
 
 
 def _space(workload: Workload, target: str, catalog) -> ConfigSpace:

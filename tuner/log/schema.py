@@ -143,7 +143,32 @@ class TrialRow(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
 
 
+class FamilyRow(Base):
+    """A shape range tuned as one family (``matmul(M=1..512,N=768,K=768,dtype=float32)``)."""
+
+    __tablename__ = "workload_families"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    key: Mapped[str] = mapped_column(String, unique=True)
+    op: Mapped[str] = mapped_column(String, index=True)
+    dtype: Mapped[str] = mapped_column(String)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class FamilyMemberRow(Base):
+    """A representative shape of a family: a workload tuned on its behalf."""
+
+    __tablename__ = "workload_family_members"
+    __table_args__ = (UniqueConstraint("family_id", "workload_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    family_id: Mapped[int] = mapped_column(ForeignKey("workload_families.id", ondelete="CASCADE"))
+    workload_id: Mapped[int] = mapped_column(ForeignKey("workloads.id"))
+
+
 workloads = WorkloadRow.__table__
+families = FamilyRow.__table__
+family_members = FamilyMemberRow.__table__
 devices = DeviceRow.__table__
 jobs = JobRow.__table__
 trials = TrialRow.__table__
@@ -151,6 +176,8 @@ trials = TrialRow.__table__
 __all__ = [
     "Base",
     "DeviceRow",
+    "FamilyMemberRow",
+    "FamilyRow",
     "FINAL_JOB_STATUSES",
     "JOB_STATUSES",
     "JobRow",
@@ -159,6 +186,8 @@ __all__ = [
     "UTCDateTime",
     "WorkloadRow",
     "devices",
+    "families",
+    "family_members",
     "jobs",
     "metadata",
     "trials",

@@ -252,6 +252,33 @@ class TuningLog:
             for row in rows
         ]
 
+    # -- shape-range families ------------------------------------------------------------
+    def record_family(self, family_key: str, op: str, dtype: str, member_keys: Sequence[str]) -> None:
+        """Record a shape-range family and its representative workloads (idempotent)."""
+        _require_key("family key", family_key)
+        with self._write("record a workload family") as conn:
+            ids = _IdCache(self, conn)
+            table = schema.families
+            self._insert_ignore(conn, table, {"key": family_key, "op": op, "dtype": dtype, "created_at": utcnow()},
+                                [table.c.key])
+            family_id = conn.execute(select(table.c.id).where(table.c.key == family_key)).scalar_one()
+            members = schema.family_members
+            for key in member_keys:
+                self._insert_ignore(conn, members, {"family_id": family_id, "workload_id": ids.workload(key)},
+                                    [members.c.family_id, members.c.workload_id])
+
+    def families(self, op: str, dtype: str) -> list[tuple[str, list[str]]]:
+        """(family key, member workload keys) of every family of ``op`` and ``dtype``."""
+        f, m, w = schema.families, schema.family_members, schema.workloads
+        stmt = (select(f.c.key, w.c.key).join(m, m.c.family_id == f.c.id).join(w, m.c.workload_id == w.c.id)
+                .where(f.c.op == op, f.c.dtype == dtype).order_by(f.c.key, w.c.key))
+        with self._read("read workload families") as conn:
+            rows = conn.execute(stmt).all()
+        grouped: dict[str, list[str]] = {}
+        for family_key, workload_key in rows:
+            grouped.setdefault(family_key, []).append(workload_key)
+        return list(grouped.items())
+
     # -- trials --------------------------------------------------------------------------
     def record_trial(self, record: TrialRecord) -> bool:
         """Store one trial; ``True`` if inserted, ``False`` if its config was already measured.

@@ -168,7 +168,7 @@ class LeaveReply(_message.Message):
     def __init__(self) -> None: ...
 
 class JobSpec(_message.Message):
-    __slots__ = ("workload", "target", "device_key", "strategy", "trials", "seed", "early_stopping", "priority", "timing", "wait_timeout_s")
+    __slots__ = ("workload", "target", "device_key", "strategy", "trials", "seed", "early_stopping", "priority", "timing", "wait_timeout_s", "pins", "constraints", "family")
     WORKLOAD_FIELD_NUMBER: _ClassVar[int]
     TARGET_FIELD_NUMBER: _ClassVar[int]
     DEVICE_KEY_FIELD_NUMBER: _ClassVar[int]
@@ -179,6 +179,9 @@ class JobSpec(_message.Message):
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
     TIMING_FIELD_NUMBER: _ClassVar[int]
     WAIT_TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
+    PINS_FIELD_NUMBER: _ClassVar[int]
+    CONSTRAINTS_FIELD_NUMBER: _ClassVar[int]
+    FAMILY_FIELD_NUMBER: _ClassVar[int]
     workload: str
     target: str
     device_key: str
@@ -189,7 +192,10 @@ class JobSpec(_message.Message):
     priority: int
     timing: Timing
     wait_timeout_s: float
-    def __init__(self, workload: _Optional[str] = ..., target: _Optional[str] = ..., device_key: _Optional[str] = ..., strategy: _Optional[str] = ..., trials: _Optional[int] = ..., seed: _Optional[int] = ..., early_stopping: _Optional[int] = ..., priority: _Optional[int] = ..., timing: _Optional[_Union[Timing, _Mapping]] = ..., wait_timeout_s: _Optional[float] = ...) -> None: ...
+    pins: _containers.RepeatedScalarFieldContainer[str]
+    constraints: _containers.RepeatedScalarFieldContainer[str]
+    family: str
+    def __init__(self, workload: _Optional[str] = ..., target: _Optional[str] = ..., device_key: _Optional[str] = ..., strategy: _Optional[str] = ..., trials: _Optional[int] = ..., seed: _Optional[int] = ..., early_stopping: _Optional[int] = ..., priority: _Optional[int] = ..., timing: _Optional[_Union[Timing, _Mapping]] = ..., wait_timeout_s: _Optional[float] = ..., pins: _Optional[_Iterable[str]] = ..., constraints: _Optional[_Iterable[str]] = ..., family: _Optional[str] = ...) -> None: ...
 
 class JobRef(_message.Message):
     __slots__ = ("job_id",)

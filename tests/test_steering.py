@@ -1,0 +1,140 @@
+"""Pinned knobs, constraints and target strings (issue: control over what is tuned)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from measure_agent.engine import MeasureInput, MeasureResult, MeasureStatus, TimingConfig
+from measure_agent.space import BoolKnob, ChoiceKnob, Config, ConfigSpace, SplitKnob
+from measure_agent.templates import testing_catalog as fault_catalog
+from measure_agent.workload import parse_workload
+from tuner.daemon import FleetClient
+from tuner.daemon.scheduler import Scheduler
+from tuner.job import TuneOptions, TuningJob
+from tuner.log import TuningLog
+from tuner.measure import SyncMeasurer
+from tuner.steering import SteeringError, parse_pin, parse_target, steer_space
+
+from fleet_helpers import start_daemon
+
+
+def space():
+    return ConfigSpace([SplitKnob("tile_m", 64, ((1, 2, 4, 8), (1, 2, 4, 8))), SplitKnob("tile_n", 64, ((1, 4, 16),)),
+                        ChoiceKnob("order", ("mn", "nm")), BoolKnob("parallel")])
+
+
+def test_pins_and_constraints_narrow_the_space():
+    steered = steer_space(space(), [parse_pin("parallel=true"), parse_pin("order=nm")], ["tile_m * tile_n <= 64"])
+    configs = list(steered.iter_valid())
+    assert configs and len(configs) == steered.size < space().size
+    for c in configs:
+        assert c["parallel"] is True and c["order"] == "nm"
+        assert (c["tile_m"][1] * c["tile_m"][2]) * c["tile_n"][1] <= 64  # split knobs stand for tile sizes
+    pinned_split = steer_space(space(), [parse_pin("tile_n=[4,16]")])
+    assert {c["tile_n"] for c in pinned_split.iter_valid()} == {(4, 16)}
+
+
+@pytest.mark.parametrize(
+    "pins, constraints, fragment",
+    [
+        (["nope=1"], [], "cannot pin unknown knob 'nope'"),
+        (["order=zz"], [], "cannot pin order=zz"),
+        (["tile_n=[3,3]"], [], "cannot pin tile_n=[3,3]"),
+        (["parallel"], [], "--pin takes KNOB=VALUE"),
+        ([], ["tile_m > 10000"], "leave no valid config"),
+        ([], ["__import__('os').system('true')"], "not allowed"),
+        ([], ["unknown_knob < 3"], "unknown_knob"),
+    ],
+)
+def test_bad_pins_and_constraints_are_refused(pins, constraints, fragment):
+    with pytest.raises(SteeringError) as info:
+        steer_space(space(), [parse_pin(p) for p in pins], constraints)
+    assert fragment in str(info.value)
+
+
+def test_target_strings():
+    cuda = parse_target("cuda -arch=sm_72")
+    assert cuda.family == "cuda" and cuda.matches({"compute_capability": "7.2"})
+    assert not cuda.matches({"compute_capability": "8.0"})
+    arm = parse_target("llvm -mcpu=cortex-a72")
+    assert arm.family == "cpu" and arm.matches({"cpu_model": "ARM Cortex-A72", "isa_features": ["neon"]})
+    assert not arm.matches({"cpu_model": "AMD EPYC"})
+    avx = parse_target("llvm -mattr=+avx2,+fma,-avx512f")
+    assert avx.matches({"isa_features": ["avx2", "fma"]})
+    assert not avx.matches({"isa_features": ["avx2", "fma", "avx512f"]})
+    assert parse_target("").family == parse_target("llvm").family == "cpu"
+    for bad, fragment in [("fpga", "unknown target"), ("cuda -arch=72", "sm_XY"), ("llvm -mattr=avx2", "+feature"),
+                          ("cuda -mcpu=x", "not understood")]:
+        with pytest.raises(SteeringError) as info:
+            parse_target(bad)
+        assert fragment in str(info.value)
+
+
+class Recording(SyncMeasurer):
+    device_key, device_info, agent_name, template_version = "pins", {}, "pins", "testing"
+
+    def measure_now(self, items):
+        return [MeasureResult(MeasureStatus.OK, costs=(1.0 + i.config["variant"],)) for i in items]
+
+
+def test_a_job_measures_only_pinned_and_constrained_configs(tmp_path):
+    with TuningLog(f"sqlite:///{tmp_path / 'p.db'}") as log:
+        options = TuneOptions(trials=12, strategy="random", pins=(("sleep_ms", "5"), ("behaviour", "ok")),
+                              constraints=("variant < 20",))
+        summary = TuningJob(parse_workload("matmul(M=2,N=2,K=2)"), Recording(), log, fault_catalog(), options).run()
+        trials = log.trials()
+        assert len(trials) == 12 == summary.measured_now
+        assert all(t.config["sleep_ms"] == 5 and t.config["behaviour"] == "ok" and t.config["variant"] < 20
+                   for t in trials)
+        assert summary.default is None  # the default (sleep_ms 0) is outside the pins: not measured
+        assert log.get_job(summary.job_id).options["pins"] == ["sleep_ms=5", "behaviour=ok"]
+
+
+def test_only_matching_agents_lease_a_targeted_job():
+    scheduler = Scheduler(heartbeat_interval_s=1, agent_timeout_s=5)
+    plain = scheduler.register("k", "avx2", None, {"isa_features": ["avx2"]}, parallel=1)
+    wide = scheduler.register("k", "avx512", None, {"isa_features": ["avx2", "avx512f"]}, parallel=1)
+    item = MeasureInput(parse_workload("matmul(M=1,N=1,K=1)"), Config((("variant", 0),)), "cpu")
+    needs = parse_target("llvm -mattr=+avx512f")
+    scheduler.submit("k", 1, 0, [item], TimingConfig(), requirement=needs.matches)
+    assert scheduler.lease(plain.agent_id, 4, 0) == []
+    assert len(scheduler.lease(wide.agent_id, 4, 0)) == 1
+
+
+def test_a_job_no_registered_agent_can_serve_says_so(tmp_path):
+    with TuningLog(f"sqlite:///{tmp_path / 't.db'}") as log:
+        daemon = start_daemon(log)
+        try:
+            daemon.scheduler.register("x86", "plain", None, {"isa_features": ["avx2"]}, parallel=1)
+            with FleetClient(daemon.address) as client:
+                job = client.submit("matmul(M=2,N=2,K=2)", "x86", target="llvm -mattr=+avx512f", trials=2)
+                status = client.job(job.job_id)
+                assert status.state == "queued"
+                assert "no registered agent of key x86 matches target 'llvm -mattr=+avx512f'" in status.message
+                client.cancel(job.job_id)
+        finally:
+            daemon.stop()
+
+
+def test_cli_space_and_pin_errors(cli_env):
+    def tuner(*args):
+        return subprocess.run([sys.executable, "-m", "tuner", *args], capture_output=True, text=True, env=cli_env,
+                              timeout=120)
+
+    shown = json.loads(tuner("space", "--workload", "matmul_32x32x32", "--json").stdout)
+    names = [k["name"] for k in shown["knobs"]]
+    assert "parallel" in names and shown["size"] > 0 and shown["constraints"]
+    narrowed = json.loads(tuner("space", "--workload", "matmul_32x32x32", "--json", "--pin", "parallel=false").stdout)
+    assert narrowed["size"] < shown["size"]
+    for args, fragment in [
+        (["--pin", "nope=1"], "cannot pin unknown knob 'nope'"),
+        (["--pin", "parallel=maybe"], "cannot pin parallel=maybe"),
+        (["--constraint", "parallel and not parallel"], "leave no valid config"),
+    ]:
+        proc = tuner("tune", "--workload", "matmul_32x32x32", "--trials", "2", *args)
+        assert proc.returncode == 2, proc.stderr
+        assert fragment in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
