@@ -1,0 +1,509 @@
+"""Static checks of deploy/: files parse, the pieces are the expected ones, and every ``tuner`` or
+``measure-agent`` command line in them (systemd ExecStart, Dockerfile CMD/ENTRYPOINT/HEALTHCHECK, compose
+``command``, Kubernetes ``command``/``args``/probes, the README's shell examples) parses with the real
+argparse parsers and names only real flags, spelled out. Units go through ``systemd-analyze verify``
+when it is installed. Nothing is built or started."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+yaml = pytest.importorskip("yaml", reason="PyYAML is needed to check deploy/ (pip install pyyaml)")
+
+DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
+REPO = DEPLOY.parent
+PROGRAMS = ("tuner", "measure-agent")
+# Which Dockerfile an image name is built from (compose and Kubernetes `image:`, `docker run IMAGE`).
+IMAGE_DOCKERFILES = {
+    "tunefleet-daemon": "Dockerfile.daemon",
+    "tunefleet-agent": "Dockerfile.agent",
+    "tunefleet-agent-jetson": "Dockerfile.agent-jetson",
+}
+PLACEHOLDER = "placeholder"
+SYSTEMD_SPECIFIERS = {"i": "test-key", "I": "test-key", "H": "test-host", "n": "unit.service", "N": "unit",
+                      "p": "unit", "u": "user", "h": "/home/user", "%": "%"}
+SHELL_OPERATORS = ("&&", "||", "|", ";", "&", ">", ">>", "<", "2>")
+
+
+@dataclass(frozen=True)
+class Command:
+    source: str
+    argv: tuple[str, ...]
+
+    @property
+    def program(self) -> str:
+        return os.path.basename(self.argv[0])
+
+
+# -- reading the files ---------------------------------------------------------------------------
+def yaml_files(root: Path = DEPLOY) -> list[Path]:
+    return sorted(p for p in root.rglob("*") if p.suffix in (".yaml", ".yml"))
+
+
+def load_all(path: Path) -> list:
+    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc is not None]
+
+
+def k8s_docs(root: Path = DEPLOY) -> list[tuple[Path, dict]]:
+    return [(p, doc) for p in yaml_files(root) if "k8s" in p.relative_to(root).parts for doc in load_all(p)]
+
+
+def compose(root: Path = DEPLOY) -> dict:
+    return yaml.safe_load((root / "compose.yaml").read_text())
+
+
+def logical_lines(path: Path, comments: str) -> list[str]:
+    """Lines without blank and comment lines, backslash continuations joined."""
+    out, pending = [], ""
+    for raw in path.read_text().splitlines():
+        line = raw.strip()
+        if not pending and (not line or line[0] in comments):
+            continue
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        out.append(pending + line)
+        pending = ""
+    return out
+
+
+def dockerfile_instructions(path: Path) -> list[tuple[str, str]]:
+    out = []
+    for line in logical_lines(path, "#"):
+        instruction, _, value = line.partition(" ")
+        out.append((instruction.upper(), value.strip()))
+    return out
+
+
+def dockerfile_exec(path: Path) -> dict[str, list[str]]:
+    """ENTRYPOINT, CMD and HEALTHCHECK CMD (exec form) of a Dockerfile's last stage."""
+    found: dict[str, list[str]] = {}
+    for instruction, value in dockerfile_instructions(path):
+        if instruction == "FROM":
+            found = {}
+        elif instruction in ("ENTRYPOINT", "CMD"):
+            found[instruction] = json.loads(value)
+        elif instruction == "HEALTHCHECK" and " CMD " in f" {value} ":
+            found["HEALTHCHECK"] = json.loads(value[value.index("CMD ") + 4:])
+    return found
+
+
+def image_exec(image: str, root: Path = DEPLOY) -> dict[str, list[str]]:
+    name = image.rsplit("/", 1)[-1].split(":")[0]
+    return dockerfile_exec(root / IMAGE_DOCKERFILES[name]) if name in IMAGE_DOCKERFILES else {}
+
+
+# -- structure ------------------------------------------------------------------------------------
+def test_every_yaml_file_parses():
+    files = yaml_files()
+    assert DEPLOY / "compose.yaml" in files and len(files) >= 5
+    for path in files:
+        docs = load_all(path)
+        assert docs, f"{path} is empty"
+        assert all(isinstance(d, dict) for d in docs), f"{path}: every document must be a mapping"
+
+
+def test_compose_services():
+    services = compose()["services"]
+    assert set(services) == {"daemon", "postgres", "agent-cpu"}
+    assert services["postgres"]["image"].startswith("postgres:")
+    assert services["daemon"]["depends_on"]["postgres"]["condition"] == "service_healthy"
+    command = services["daemon"]["command"]
+    assert command[0] == "daemon"
+    assert command[command.index("--db") + 1].startswith("postgresql+psycopg://")
+    assert services["daemon"]["build"]["dockerfile"] == "deploy/Dockerfile.daemon"
+    assert services["agent-cpu"]["build"]["dockerfile"] == "deploy/Dockerfile.agent"
+    for name, service in services.items():
+        if "build" in service:
+            context = (DEPLOY / service["build"]["context"]).resolve()
+            assert (context / service["build"]["dockerfile"]).is_file(), name
+
+
+def test_kubernetes_kinds():
+    docs = k8s_docs()
+    assert sorted(d["kind"] for _, d in docs) == sorted(
+        ["Namespace", "Secret", "Service", "StatefulSet", "Deployment", "Service", "DaemonSet", "Kustomization", "Job"])
+    by_kind: dict[str, list[dict]] = {}
+    for _, d in docs:
+        assert d.get("apiVersion"), d["kind"]
+        if d["kind"] != "Kustomization":
+            assert d["metadata"]["name"], d["kind"]
+        by_kind.setdefault(d["kind"], []).append(d)
+
+    [secret] = by_kind["Secret"]
+    [postgres] = by_kind["StatefulSet"]
+    assert postgres["spec"]["volumeClaimTemplates"], "PostgreSQL needs a persistent volume"
+    pg_env = postgres["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert any(e.get("valueFrom", {}).get("secretKeyRef", {}).get("name") == secret["metadata"]["name"] for e in pg_env)
+
+    [daemon] = by_kind["Deployment"]
+    assert daemon["spec"]["replicas"] == 1 and daemon["spec"]["strategy"]["type"] == "Recreate"
+    pod_labels = daemon["spec"]["template"]["metadata"]["labels"]
+    daemon_service = next(s for s in by_kind["Service"] if s["metadata"]["name"] == "tunefleet-daemon")
+    assert all(pod_labels.get(k) == v for k, v in daemon_service["spec"]["selector"].items())
+    assert daemon_service["spec"]["ports"][0]["port"] == 9190
+
+    [agents] = by_kind["DaemonSet"]
+    pod = agents["spec"]["template"]["spec"]
+    assert pod["nodeSelector"], "GPU agents must be pinned to their kind of node"
+    assert int(pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"]) == 1
+    assert all(agents["spec"]["template"]["metadata"]["labels"].get(k) == v
+               for k, v in agents["spec"]["selector"]["matchLabels"].items())
+
+    # The kustomization names every manifest next to it (jobs/ is applied by hand).
+    [kustomization] = by_kind["Kustomization"]
+    present = {p.name for p in (DEPLOY / "k8s").glob("*.yaml") if p.name != "kustomization.yaml"}
+    assert set(kustomization["resources"]) == present
+
+
+def test_dockerfiles_copy_what_exists():
+    for name in IMAGE_DOCKERFILES.values():
+        for instruction, value in dockerfile_instructions(DEPLOY / name):
+            if instruction == "COPY" and "--from" not in value:
+                *sources, _ = shlex.split(value)
+                for source in sources:
+                    assert (REPO / source).exists(), f"{name}: COPY {source}: no such path"
+            if instruction in ("CMD", "ENTRYPOINT"):
+                assert value.lstrip().startswith("["), f"{name}: {instruction} must use the exec (JSON) form"
+
+
+# -- command lines in the files ------------------------------------------------------------------
+def expand_shell(text: str, env: dict[str, str]) -> str:
+    """``${VAR}``, ``${VAR:-default}``, ``$VAR`` from ``env``, else the default, else a placeholder."""
+
+    def sub(match: re.Match) -> str:
+        name = match.group("name") or match.group("bare")
+        if name in env:
+            return env[name]
+        return match.group("default") if match.group("default") is not None else PLACEHOLDER
+
+    return re.sub(r"\$\{(?P<name>\w+)(?::?-(?P<default>[^}]*))?\}|\$(?P<bare>\w+)", sub, text)
+
+
+def expand_k8s(text: str, env: dict[str, str]) -> str:
+    """Kubernetes ``$(VAR)`` from the container's env (values from Secrets or fields: a placeholder)."""
+    return re.sub(r"\$\((\w+)\)", lambda m: env.get(m.group(1), PLACEHOLDER), text)
+
+
+def parse_env_file(path: Path) -> dict[str, str]:
+    env = {}
+    for line in logical_lines(path, "#"):
+        key, _, value = line.partition("=")
+        env[key.strip()] = value.strip().strip('"')
+    return env
+
+
+def systemd_specifiers(text: str) -> str:
+    return re.sub(r"%(.)", lambda m: SYSTEMD_SPECIFIERS.get(m.group(1), PLACEHOLDER), text)
+
+
+def unit_commands(root: Path = DEPLOY) -> list[Command]:
+    """Exec lines of the units, variables from the units' Environment= and then from the example env files."""
+    commands = []
+    for unit in sorted((root / "systemd").glob("*.service")):
+        settings = [(k.strip(), v.strip()) for k, _, v in
+                    (line.partition("=") for line in logical_lines(unit, "#;") if not line.startswith("["))]
+        defaults: dict[str, str] = {}
+        examples: dict[str, str] = {}
+        for key, value in settings:
+            if key == "Environment":
+                for assignment in shlex.split(value):
+                    name, _, val = assignment.partition("=")
+                    defaults[name] = systemd_specifiers(val)
+            elif key == "EnvironmentFile":
+                example = root / "systemd" / (Path(value.lstrip("-")).name + ".example")
+                if example.is_file():
+                    examples.update(parse_env_file(example))
+        for key, value in settings:
+            if key.startswith("Exec"):
+                line = systemd_specifiers(value.lstrip("-@:+!"))
+                for label, env in (("defaults", defaults), ("example env files", {**defaults, **examples})):
+                    argv = tuple(shlex.split(expand_shell(line, env)))
+                    commands.append(Command(f"{unit.name} {key} ({label})", argv))
+    return commands
+
+
+def dockerfile_commands(root: Path = DEPLOY) -> list[Command]:
+    commands = []
+    for name in IMAGE_DOCKERFILES.values():
+        found = dockerfile_exec(root / name)
+        commands.append(Command(f"{name} ENTRYPOINT+CMD", tuple(found.get("ENTRYPOINT", []) + found.get("CMD", []))))
+        if "HEALTHCHECK" in found:
+            commands.append(Command(f"{name} HEALTHCHECK", tuple(found["HEALTHCHECK"])))
+    return commands
+
+
+def as_list(value) -> list[str]:
+    return shlex.split(value) if isinstance(value, str) else [str(v) for v in value]
+
+
+def compose_commands(root: Path = DEPLOY) -> list[Command]:
+    commands = []
+    for name, service in compose(root)["services"].items():
+        if "build" in service:
+            image = dockerfile_exec((root / service["build"]["context"] / service["build"]["dockerfile"]).resolve())
+        else:
+            image = image_exec(service.get("image", ""), root)
+        entrypoint = as_list(service["entrypoint"]) if "entrypoint" in service else image.get("ENTRYPOINT", [])
+        command = as_list(service["command"]) if "command" in service else image.get("CMD", [])
+        argv = tuple(expand_shell(a, {}).replace("$$", "$") for a in entrypoint + command)
+        if argv:
+            commands.append(Command(f"compose.yaml {name}", argv))
+        test = service.get("healthcheck", {}).get("test")
+        if isinstance(test, list) and test and test[0] == "CMD":
+            commands.append(Command(f"compose.yaml {name} healthcheck", tuple(as_list(test[1:]))))
+    return commands
+
+
+def k8s_commands(root: Path = DEPLOY) -> list[Command]:
+    commands = []
+    for path, doc in k8s_docs(root):
+        spec = doc.get("spec", {})
+        pod = spec.get("template", {}).get("spec") or \
+            spec.get("jobTemplate", {}).get("spec", {}).get("template", {}).get("spec")
+        if not pod:
+            continue
+        for container in pod.get("initContainers", []) + pod.get("containers", []):
+            env = {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}
+            image = image_exec(container["image"], root)
+            command = container.get("command") or image.get("ENTRYPOINT", [])
+            if "args" in container:
+                args = container["args"]
+            else:
+                args = [] if "command" in container else image.get("CMD", [])
+            where = f"{path.relative_to(root)} {doc['kind']}/{doc['metadata']['name']} {container['name']}"
+            commands.append(Command(where, tuple(expand_k8s(str(a), env) for a in command + args)))
+            for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
+                exec_command = container.get(probe, {}).get("exec", {}).get("command")
+                if exec_command:
+                    commands.append(Command(f"{where} {probe}", tuple(expand_k8s(str(a), env) for a in exec_command)))
+    return commands
+
+
+def invocations(line: str, root: Path = DEPLOY) -> list[tuple[str, ...]]:
+    """``tuner``/``measure-agent`` command lines in a shell line, including ``docker run ... IMAGE ARGS``
+    (with the image's entrypoint)."""
+    lexer = shlex.shlex(expand_shell(line, {}), posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    tokens = list(lexer)
+    found = []
+    for i, token in enumerate(tokens):
+        if os.path.basename(token) in PROGRAMS:
+            argv, start = [], i
+        elif tokens[:2] == ["docker", "run"] and i > 1 and token.split(":")[0] in IMAGE_DOCKERFILES:
+            argv, start = list(image_exec(token, root).get("ENTRYPOINT", [])), i + 1
+        else:
+            continue
+        for t in tokens[start:]:
+            if t in SHELL_OPERATORS:
+                break
+            argv.append(t)
+        if argv and os.path.basename(argv[0]) in PROGRAMS:
+            found.append(tuple(argv))
+    return found
+
+
+def readme_commands(root: Path = DEPLOY) -> list[Command]:
+    """Command lines in the README's fenced shell blocks (parsed in full)."""
+    commands = []
+    for block in re.findall(r"```(?:bash|sh)\n(.*?)```", (root / "README.md").read_text(), flags=re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            line = " ".join(line.split(" #", 1)[0].split())
+            if line and not line.startswith("#"):
+                commands += [Command(f"README.md: {line}", argv) for argv in invocations(line, root)]
+    return commands
+
+
+def readme_inline_commands(root: Path = DEPLOY) -> list[Command]:
+    """Command lines in the README's inline code spans: synopses with placeholders (HOST:PORT,
+    [--db URL]), so only their flags are checked."""
+    text = re.sub(r"```.*?```", "", (root / "README.md").read_text(), flags=re.S)
+    commands = []
+    for span in re.findall(r"`([^`]+)`", text.replace("\n", " ")):
+        span = " ".join(span.replace("[", " ").replace("]", " ").replace("...", " ").split())
+        commands += [Command(f"README.md inline: {span}", argv) for argv in invocations(span, root)
+                     if len(argv) > 1]
+    return commands
+
+
+def fleet_commands(root: Path = DEPLOY) -> list[Command]:
+    found = (unit_commands(root) + dockerfile_commands(root) + compose_commands(root) + k8s_commands(root)
+             + readme_commands(root))
+    return [c for c in found if c.argv and c.program in PROGRAMS]
+
+
+# -- checking a command line -----------------------------------------------------------------------
+def parser_for(program: str) -> argparse.ArgumentParser:
+    if program == "tuner":
+        from tuner.cli import build_parser
+    else:
+        from measure_agent.cli import build_parser
+    return build_parser()
+
+
+def option_strings(parser: argparse.ArgumentParser, args: list[str]) -> set[str]:
+    """Every option string of ``parser`` and of the subcommands ``args`` select, recursively."""
+    names: set[str] = set()
+    for action in parser._actions:
+        names.update(action.option_strings)
+        if isinstance(action, argparse._SubParsersAction):
+            for i, token in enumerate(args):
+                if token in action.choices:
+                    names |= option_strings(action.choices[token], args[i + 1:])
+                    break
+    return names
+
+
+def check_flags(argv: list[str]) -> None:
+    """Every flag in ``argv`` is one of the selected (sub)commands' flags, spelled out (argparse would
+    accept an abbreviation, which breaks as soon as another flag shares the prefix)."""
+    program, args = os.path.basename(argv[0]), list(argv[1:])
+    known = option_strings(parser_for(program), args)
+    for token in args:
+        if token.startswith("-") and token != "-" and not re.fullmatch(r"-\d.*", token):
+            flag = token.split("=", 1)[0]
+            assert flag in known, f"{' '.join(argv)}: {flag} is not a {program} flag (abbreviated?)"
+
+
+def check_command(argv: list[str]) -> argparse.Namespace:
+    """Parse ``argv`` (program first) with the real parser; raise AssertionError naming the problem."""
+    program, args = os.path.basename(argv[0]), list(argv[1:])
+    stderr = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()):
+            namespace = parser_for(program).parse_args(args)
+    except SystemExit:
+        message = (stderr.getvalue().strip().splitlines() or ["(no message)"])[-1]
+        raise AssertionError(f"{' '.join(argv)}: rejected by {program}'s parser: {message}") from None
+    check_flags(argv)
+    if program == "measure-agent" and namespace.command is None:
+        assert namespace.tracker and namespace.key, f"{' '.join(argv)}: an agent needs --tracker and --key"
+        assert namespace.parallel >= 1, f"{' '.join(argv)}: --parallel must be >= 1"
+    return namespace
+
+
+COMMANDS = fleet_commands()
+INLINE = readme_inline_commands()
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=[c.source for c in COMMANDS])
+def test_command_lines_use_real_subcommands_and_flags(command):
+    check_command(list(command.argv))
+
+
+@pytest.mark.parametrize("command", INLINE, ids=[c.source for c in INLINE])
+def test_readme_synopses_name_real_flags(command):
+    check_flags(list(command.argv))
+
+
+def test_every_kind_of_deploy_file_was_checked():
+    """The extraction found what it should (an empty list would pass vacuously)."""
+    seen = {(c.source.split()[0], c.program, c.argv[1] if len(c.argv) > 1 else "") for c in COMMANDS}
+    expected = {
+        ("tunefleet-daemon.service", "tuner", "daemon"),
+        ("tunefleet-agent@.service", "measure-agent", "--tracker"),
+        ("Dockerfile.daemon", "tuner", "daemon"),
+        ("Dockerfile.daemon", "tuner", "agents"),
+        ("Dockerfile.agent", "measure-agent", "info"),
+        ("Dockerfile.agent-jetson", "measure-agent", "info"),
+        ("compose.yaml", "tuner", "daemon"),
+        ("compose.yaml", "measure-agent", "--tracker"),
+        ("k8s/daemon.yaml", "tuner", "daemon"),
+        ("k8s/daemon.yaml", "tuner", "agents"),
+        ("k8s/agents-gpu.yaml", "measure-agent", "--tracker"),
+        ("k8s/jobs/db-upgrade.yaml", "tuner", "db"),
+        ("README.md:", "tuner", "agents"),
+    }
+    assert expected <= seen, sorted(expected - seen)
+    assert len(INLINE) >= 3
+    # Variables were resolved: the agent's key is the unit's instance name.
+    assert any("test-key" in c.argv for c in COMMANDS if c.source.startswith("tunefleet-agent@"))
+
+
+@pytest.mark.parametrize("argv, problem", [
+    (["tuner", "daemon", "--no-such-flag", "1"], "rejected"),
+    (["tuner", "daemon", "--agent-timeout", "zero"], "rejected"),
+    (["tuner", "no-such-command"], "rejected"),
+    (["tuner", "daemon", "--list", "0.0.0.0:9190"], "abbreviated"),
+    (["measure-agent", "--tracker", "h:9190"], "needs --tracker and --key"),
+    (["measure-agent", "--tracker", "h:9190", "--key", "k", "--parallel", "x"], "rejected"),
+])
+def test_the_checker_rejects_bad_command_lines(argv, problem):
+    with pytest.raises(AssertionError, match=problem):
+        check_command(argv)
+
+
+# -- the commented-out security settings ---------------------------------------------------------
+def uncomment_security(root: Path) -> None:
+    """Turn the commented security lines of the copy at ``root`` into live ones, in place."""
+    for path in root.rglob("*"):
+        if path.suffix in (".yaml", ".yml"):
+            text = re.sub(r"^(\s*)# (- \S.*)$", r"\1\2", path.read_text(), flags=re.M)
+        elif path.suffix == ".service":
+            text = path.read_text()
+            for key in set(re.findall(r"^#(Exec\w+)=", text, flags=re.M)):
+                text = re.sub(rf"^{key}=.*$\n", "", text, flags=re.M)
+            text = re.sub(r"^#((?:Exec\w+|LoadCredential)=)", r"\1", text, flags=re.M)
+        elif path.name.startswith("Dockerfile") and not path.name.endswith(".dockerignore"):
+            text = path.read_text()
+            if re.search(r"^# CMD \[", text, flags=re.M):
+                text = re.sub(r"^CMD \[.*$\n", "", text, flags=re.M)
+                text = re.sub(r"^# (CMD \[)", r"\1", text, flags=re.M)
+        else:
+            continue
+        path.write_text(text)
+
+
+def test_commented_security_lines_are_valid_once_the_flags_exist(tmp_path):
+    root = tmp_path / "deploy"
+    shutil.copytree(DEPLOY, root)
+    uncomment_security(root)
+    commands = fleet_commands(root)
+    security = [c for c in commands if {"--tls-cert", "--agent-token-file", "--token-file"} & set(c.argv)]
+    sources = {c.source.split()[0] for c in security}
+    assert {"tunefleet-daemon.service", "tunefleet-agent@.service", "Dockerfile.daemon", "Dockerfile.agent",
+            "Dockerfile.agent-jetson", "compose.yaml", "k8s/daemon.yaml", "k8s/agents-gpu.yaml"} <= sources
+    missing = set()
+    for c in security:
+        known = option_strings(parser_for(c.program), list(c.argv[1:]))
+        missing |= {t for t in c.argv if t.startswith("--") and t not in known}
+    if missing:
+        pytest.skip(f"security flags not in the command line yet: {', '.join(sorted(missing))}")
+    for c in security:
+        check_command(list(c.argv))
+
+
+# -- systemd --------------------------------------------------------------------------------------
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed")
+def test_units_pass_systemd_analyze_verify(tmp_path):
+    # verify checks that ExecStart's program exists: point the units at stand-ins, change nothing else.
+    stub_dir = tmp_path / "bin"
+    stub_dir.mkdir()
+    units = []
+    for unit in sorted((DEPLOY / "systemd").glob("*.service")):
+        text = unit.read_text()
+        for program in set(re.findall(r"^#?Exec\w+=[-@:+!]*(/\S+)", text, flags=re.M)):
+            stub = stub_dir / Path(program).name
+            stub.write_text("#!/bin/sh\nexit 0\n")
+            stub.chmod(0o755)
+            text = text.replace(program, str(stub))
+        copy = tmp_path / unit.name
+        copy.write_text(text)
+        units.append(str(copy))
+    assert len(units) == 2
+    proc = subprocess.run(["systemd-analyze", "verify", "--man=no", *units], capture_output=True, text=True,
+                          timeout=60)
+    # verify reports problems (unknown keys, bad values) as warnings without always failing: none allowed.
+    assert proc.returncode == 0 and not proc.stderr.strip(), proc.stderr
