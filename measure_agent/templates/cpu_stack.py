@@ -11,21 +11,11 @@ depend only on numba and llvmlite.
 
 from __future__ import annotations
 
-import math
-
 from llvmlite import ir
 from numba.core import cgutils, types
 from numba.core.errors import TypingError
 from numba.extending import intrinsic
 from numba.np.arrayobj import make_array, populate_array
-
-
-def _literal_shape(shape) -> tuple[int, ...] | None:
-    if isinstance(shape, types.IntegerLiteral):
-        return (shape.literal_value,)
-    if isinstance(shape, types.BaseTuple) and all(isinstance(t, types.IntegerLiteral) for t in shape):
-        return tuple(t.literal_value for t in shape)
-    return None
 
 
 def _element_type(dtype):
@@ -37,45 +27,42 @@ def _element_type(dtype):
 
 
 @intrinsic(prefer_literal=True)
-def stack_array(typingctx, shape, dtype):
-    """``stack_array(SHAPE, np.float32)``: an uninitialised C-contiguous array on the stack.
+def stack_array(typingctx, length, dtype):
+    """``stack_array(LENGTH, np.float32)``: an uninitialised 1-D array of LENGTH elements on the stack.
 
-    ``SHAPE`` is an integer literal or a tuple of integer literals; ``dtype`` a numba number class
-    (``np.float32``) or an array's ``.dtype``. The memory belongs to the calling function's frame
-    (its entry block): every call at the same site returns the same memory, and the array must not
-    outlive the function (never return it or store it in another array).
+    ``LENGTH`` must be an integer literal written at the call site: a global or a tuple shape loses
+    its literal type inside ``prange`` bodies, so only 1-D is offered (index a 2-D tile as
+    ``r * NR + c``). ``dtype`` is a numba number class (``np.float32``) or an array's ``.dtype``.
+    The memory belongs to the calling function's frame (its entry block): every call at the same
+    site returns the same memory, and the array must not outlive the function (never return it or
+    store it in another array).
     """
-    dims = _literal_shape(shape)
+    if not isinstance(length, types.IntegerLiteral):
+        raise TypingError(f"stack_array needs an integer literal as its length, got {length}")
+    count = length.literal_value
+    if count <= 0:
+        raise TypingError(f"stack_array length must be positive, got {count}")
     element = _element_type(dtype)
-    if dims is None:
-        raise TypingError("stack_array needs a literal int or tuple of literal ints as its shape")
     if element is None:
         raise TypingError(f"stack_array needs a number type as dtype, got {dtype}")
-    if any(d <= 0 for d in dims):
-        raise TypingError(f"stack_array shape must be positive, got {dims}")
-    array_type = types.Array(element, len(dims), "C")
+    array_type = types.Array(element, 1, "C")
 
     def codegen(context, builder, signature, args):
         element_ir = context.get_data_type(element)
-        count = math.prod(dims)
         # alloca_once puts the allocation in the entry block, where SROA/mem2reg can promote it.
         storage = cgutils.alloca_once(builder, ir.ArrayType(element_ir, count))
         data = builder.bitcast(storage, element_ir.as_pointer())
         itemsize = context.get_abi_sizeof(element_ir)
-        strides, stride = [], itemsize
-        for d in reversed(dims):
-            strides.append(stride)
-            stride *= d
         intp = lambda v: context.get_constant(types.intp, v)  # noqa: E731
         array = make_array(array_type)(context, builder)
         populate_array(
             array,
             data=data,
-            shape=[intp(d) for d in dims],
-            strides=[intp(s) for s in reversed(strides)],
+            shape=[intp(count)],
+            strides=[intp(itemsize)],
             itemsize=intp(itemsize),
             meminfo=None,
         )
         return array._getvalue()
 
-    return array_type(shape, dtype), codegen
+    return array_type(length, dtype), codegen
