@@ -155,10 +155,19 @@ def test_invalid_requests_get_clear_errors(log):
                 client.submit("conv9(M=1)", "k")
             with pytest.raises(InvalidRequest, match="invalid device key"):
                 client.submit("matmul(M=2,N=2,K=2)", "bad key!")
-            with pytest.raises(InvalidRequest, match="no template"):
+            with pytest.raises(InvalidRequest, match="unknown target 'fpga'"):
                 client.submit("matmul(M=2,N=2,K=2)", "k", target="fpga")
+            with pytest.raises(InvalidRequest, match="no template for conv2d_nchw on target cpu"):
+                client.submit("conv2d_nchw(N=1,C=1,H=4,W=4,K=1,R=1,S=1)", "k")  # not in the testing catalog
+            with pytest.raises(InvalidRequest, match="more than the limit"):
+                client.submit("matmul(M=65536,N=65536,K=2)", "k")
+            with pytest.raises(InvalidRequest, match="cannot pin unknown knob"):
+                client.submit("matmul(M=2,N=2,K=2)", "k", pins=("no_such_knob=1",))
+            with pytest.raises(InvalidRequest, match="not one of"):
+                client.submit("matmul(M=2,N=2,K=2)", "k", pins=("behaviour=explode",))
             with pytest.raises(NotFound):
                 client.job(999)
+            assert client.jobs() == []  # nothing bad got in, and the daemon still answers
     finally:
         daemon.stop()
 
