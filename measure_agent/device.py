@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import platform
@@ -49,16 +50,47 @@ class DeviceInfo:
 
     @property
     def default_key(self) -> str:
-        """A stable, descriptive key such as ``x86_64-amd-epyc-2c-avx2``."""
-        model = re.sub(r"\(r\)|\(tm\)|cpu|processor|\d+-core|@.*$", " ", self.cpu_model.lower())
-        slug = re.sub(r"[^a-z0-9]+", "-", model).strip("-")[:40].strip("-") or "cpu"
+        """A stable, descriptive key such as ``x86_64-amd-epyc-2c-avx2``.
+
+        A Raspberry Pi or Jetson is named by its board (``aarch64-raspberry-pi-4-model-b-4c-asimd``,
+        ``aarch64-jetson-orin-nano-6c-asimd``): the board fixes the SoC, and with it the GPU. Other
+        hosts with a CUDA GPU append it (``...-avx512+h200``), so that GPUs of different kinds never
+        share a key.
+        """
+        board = board_slug(self.board)
+        if board:
+            slug = board
+        else:
+            model = re.sub(r"\(r\)|\(tm\)|cpu|processor|\d+-core|@.*$", " ", self.cpu_model.lower())
+            slug = re.sub(r"[^a-z0-9]+", "-", model).strip("-")[:40].strip("-") or "cpu"
         vector = next((f for f in ("avx512f", "avx2", "neon", "asimd", "sse4_2") if f in self.isa_features), "")
         parts = [self.arch, slug, f"{self.cores}c"] + ([vector.replace("avx512f", "avx512")] if vector else [])
-        return "-".join(parts)
+        key = "-".join(parts)
+        gpu = self.extra.get("gpu_name", "")
+        if gpu and not board:
+            gpu_slug = re.sub(r"[^a-z0-9]+", "-", re.sub(r"\bnvidia\b", " ", gpu.lower())).strip("-")[:32].strip("-")
+            key += f"+{gpu_slug or 'gpu'}"
+        return key
 
 
 # ISA features worth recording: they decide vector width and so the best register tiles.
-_INTERESTING_FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "neon", "asimd", "sve")
+_INTERESTING_FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "neon", "asimd", "sve",
+                      "asimdhp", "asimddp", "sve2")
+
+# (implementer, part) from /proc/cpuinfo on ARM -> core name: aarch64 kernels print no model name
+# (and 32-bit ones only "ARMv7 Processor rev 3 (v7l)").
+_ARM_IMPLEMENTERS = {0x41: "ARM", 0x4E: "NVIDIA", 0x51: "Qualcomm", 0x61: "Apple", 0xC0: "Ampere"}
+_ARM_PARTS = {
+    (0x41, 0xD03): "Cortex-A53", (0x41, 0xD04): "Cortex-A35", (0x41, 0xD05): "Cortex-A55",
+    (0x41, 0xD07): "Cortex-A57", (0x41, 0xD08): "Cortex-A72", (0x41, 0xD09): "Cortex-A73",
+    (0x41, 0xD0A): "Cortex-A75", (0x41, 0xD0B): "Cortex-A76", (0x41, 0xD0C): "Neoverse-N1",
+    (0x41, 0xD0D): "Cortex-A77", (0x41, 0xD40): "Neoverse-V1", (0x41, 0xD41): "Cortex-A78",
+    (0x41, 0xD42): "Cortex-A78AE", (0x41, 0xD44): "Cortex-X1", (0x41, 0xD46): "Cortex-A510",
+    (0x41, 0xD47): "Cortex-A710", (0x41, 0xD48): "Cortex-X2", (0x41, 0xD49): "Neoverse-N2",
+    (0x41, 0xD4B): "Cortex-A78C", (0x41, 0xD4F): "Neoverse-V2", (0x41, 0xD80): "Cortex-A520",
+    (0x41, 0xD81): "Cortex-A720", (0x41, 0xD82): "Cortex-X4", (0x4E, 0x004): "Carmel",
+}
+_GENERIC_MODEL = re.compile(r"^(ARMv\d|BCM\d|$)", re.IGNORECASE)
 
 
 def _read(path: str) -> str:
@@ -70,9 +102,16 @@ def _read(path: str) -> str:
 
 
 def parse_cpuinfo(text: str) -> tuple[str, tuple[str, ...]]:
-    """CPU model name and interesting ISA flags from ``/proc/cpuinfo`` text (x86 or ARM)."""
+    """CPU model name and interesting ISA flags from ``/proc/cpuinfo`` text (x86 or ARM).
+
+    On ARM, where the kernel names no model (or only "ARMv8 Processor rev 1 (v8l)" or the SoC),
+    the cores are named from their implementer and part codes: "ARM Cortex-A72", or
+    "ARM Cortex-A55 + Cortex-A76" for a big.LITTLE SoC.
+    """
     model = ""
     flags: set[str] = set()
+    implementer: int | None = None
+    cores: list[str] = []
     for line in text.splitlines():
         if ":" not in line:
             continue
@@ -82,13 +121,140 @@ def parse_cpuinfo(text: str) -> tuple[str, tuple[str, ...]]:
             model = value
         elif key in ("flags", "features"):
             flags.update(value.split())
+        elif key == "cpu implementer":
+            implementer = _hex(value)
+        elif key == "cpu part" and implementer is not None:
+            part = _hex(value)
+            name = _ARM_PARTS.get((implementer, part)) if part is not None else None
+            if name and name not in cores:
+                cores.append(name)
+    if cores and _GENERIC_MODEL.match(model):
+        model = f"{_ARM_IMPLEMENTERS.get(implementer or 0, 'ARM')} {' + '.join(cores)}"
     return model, tuple(f for f in _INTERESTING_FLAGS if f in flags)
 
 
-def detect_device(cpuinfo_path: str = "/proc/cpuinfo", board_path: str = "/proc/device-tree/model") -> DeviceInfo:
-    """Describe this host."""
-    model, flags = parse_cpuinfo(_read(cpuinfo_path))
-    board = _read(board_path).strip()
+def _hex(text: str) -> int | None:
+    try:
+        return int(text, 0)
+    except ValueError:
+        return None
+
+
+# -- boards ------------------------------------------------------------------------------------
+
+
+def recognise_board(device_tree_model: str, cpuinfo_text: str = "") -> str:
+    """The board's name: the device tree's model, else the ``Model`` line of /proc/cpuinfo
+    (Raspberry Pi kernels print one; containers often lack /proc/device-tree). Empty when neither
+    names one (x86 hosts)."""
+    board = device_tree_model.replace("\x00", "").strip()
+    if board:
+        return board
+    for line in cpuinfo_text.splitlines():
+        key, sep, value = line.partition(":")
+        # x86 prints "model : 85" (a number); boards print a name
+        if sep and key.strip().lower() == "model" and re.search(r"[A-Za-z]", value):
+            return value.strip()
+    return ""
+
+
+def board_family(board: str) -> str:
+    """``raspberry-pi``, ``jetson`` or empty."""
+    lowered = board.lower()
+    if "raspberry pi" in lowered:
+        return "raspberry-pi"
+    if "jetson" in lowered:
+        return "jetson"
+    return ""
+
+
+def board_slug(board: str) -> str:
+    """The board part of a device key, for boards that fix the whole machine (Raspberry Pi,
+    Jetson): the name without vendor, revision and "Developer Kit" (``raspberry-pi-4-model-b``,
+    ``jetson-orin-nano``). Empty for other boards."""
+    if not board_family(board):
+        return ""
+    name = board.lower()
+    name = re.sub(r"\brev(ision)?\s*[\w.]+", " ", name)
+    name = re.sub(r"\bnvidia\b|\bdeveloper kit\b|\bdevkit\b", " ", name)
+    return re.sub(r"[^a-z0-9]+", "-", name).strip("-")[:40].strip("-")
+
+
+# -- GPUs --------------------------------------------------------------------------------------
+
+# Present when an NVIDIA driver is (desktop and server driver, Jetson's nvgpu, WSL): only then is
+# numba.cuda imported to ask for a GPU, so CPU-only hosts pay nothing.
+_NVIDIA_DRIVER_FILES = (
+    "/proc/driver/nvidia/version",
+    "/dev/nvidiactl",
+    "/dev/nvhost-ctrl-gpu",
+    "/dev/nvgpu/igpu0/ctrl",
+    "/sys/module/nvgpu",
+    "/usr/lib/wsl/lib/libcuda.so",
+)
+
+
+def cuda_simulated() -> bool:
+    """True under numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``): there is no GPU to describe."""
+    return os.environ.get("NUMBA_ENABLE_CUDASIM", "0").strip() not in ("", "0")
+
+
+def gpu_facts(device) -> dict[str, str]:
+    """``DeviceInfo.extra`` entries describing a numba.cuda device object."""
+    name = device.name
+    if isinstance(name, bytes):
+        name = name.decode(errors="replace")
+    major, minor = device.compute_capability
+    return {
+        "gpu_name": str(name),
+        "compute_capability": f"{major}.{minor}",
+        "max_threads_per_block": str(int(device.MAX_THREADS_PER_BLOCK)),
+        "max_shared_memory_per_block": str(int(device.MAX_SHARED_MEMORY_PER_BLOCK)),
+        "max_registers_per_block": str(int(device.MAX_REGISTERS_PER_BLOCK)),
+    }
+
+
+def detect_gpu() -> dict[str, str]:
+    """Facts about this host's first CUDA GPU (the one kernels run on), or {} when there is none.
+
+    Cheap without a GPU: nothing is imported unless an NVIDIA driver is present, never under the
+    CUDA simulator, and the answer is computed once per process.
+    """
+    if cuda_simulated() or not any(os.path.exists(path) for path in _NVIDIA_DRIVER_FILES):
+        return {}
+    return dict(_detect_gpu_once())
+
+
+@functools.lru_cache(maxsize=1)
+def _detect_gpu_once() -> tuple[tuple[str, str], ...]:
+    try:
+        from numba import cuda
+
+        if not cuda.is_available():
+            return ()
+        return tuple(gpu_facts(cuda.gpus[0]).items())
+    except Exception:  # noqa: BLE001 - a broken driver or numba without CUDA: no GPU, never a crash
+        return ()
+
+
+def detect_device(
+    cpuinfo_path: str = "/proc/cpuinfo",
+    board_path: str = "/proc/device-tree/model",
+    *,
+    arch: str | None = None,
+    cores: int | None = None,
+    gpu: dict[str, str] | None = None,
+) -> DeviceInfo:
+    """Describe this host.
+
+    The keywords replace what is read from the running host rather than from the files, so that a
+    recorded ``cpuinfo`` and device-tree ``model`` of another machine describe that machine:
+    ``arch`` (default: ``platform.machine()``), ``cores`` (default: the CPUs this process may use)
+    and ``gpu`` (``DeviceInfo.extra`` GPU entries; default: :func:`detect_gpu`, ``{}`` for none).
+    """
+    cpuinfo = _read(cpuinfo_path)
+    model, flags = parse_cpuinfo(cpuinfo)
+    board = recognise_board(_read(board_path), cpuinfo)
     try:
         import llvmlite.binding as llvm
 
@@ -99,13 +265,16 @@ def detect_device(cpuinfo_path: str = "/proc/cpuinfo", board_path: str = "/proc/
         numba_version = metadata.version("numba")
     except metadata.PackageNotFoundError:
         numba_version = ""
+    if cores is None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return DeviceInfo(
-        arch=platform.machine() or "unknown",
+        arch=arch or platform.machine() or "unknown",
         cpu_model=model or platform.processor() or "unknown",
-        cores=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1),
+        cores=cores,
         isa_features=flags,
         numba_version=numba_version,
         llvm_version=llvm_version,
         os=f"{platform.system()} {platform.release()}",
         board=board,
+        extra=dict(detect_gpu() if gpu is None else gpu),
     )

@@ -3,6 +3,8 @@
 Each distinct source is written once to ``<cache_dir>/kernels/k_<digest>.py`` and imported from
 there; numba's ``cache=True`` then stores the machine code beside it. A build worker compiles and
 caches; the run worker imports the same file and loads the machine code instead of compiling again.
+CUDA kernels (``KernelSource.launch == "cuda"``) work the same way through numba.cuda's
+``cache=True`` (:func:`compile_cuda_kernel`).
 """
 
 from __future__ import annotations
@@ -57,6 +59,27 @@ def load_kernel(source: KernelSource, cache_dir: Path) -> Callable:
         spec.loader.exec_module(module)
         sys.modules[name] = module
     return getattr(module, source.entry)
+
+
+def compile_cuda_kernel(entry: Callable, args: tuple) -> float:
+    """Compile the ``cuda.jit`` kernels a ``launch="cuda"`` entry launches, for the types of
+    ``args`` (host arrays of the right dtype and rank stand in for device arrays); returns seconds.
+
+    With ``cache=True`` numba.cuda stores the code beside the kernel file, so the run worker loads
+    it instead of compiling. Under ``NUMBA_ENABLE_CUDASIM=1`` there is nothing to compile (the
+    simulator interprets the Python) and this returns 0. Raises when no CUDA GPU is usable.
+    """
+    from numba import cuda, typeof
+
+    if not cuda.is_available():
+        raise RuntimeError("no usable CUDA GPU on this host (set NUMBA_ENABLE_CUDASIM=1 to simulate one)")
+    start = time.perf_counter()
+    signature = tuple(typeof(a) for a in args)
+    for kernel in getattr(entry, "kernels", ()):
+        compile_method = getattr(kernel, "compile", None)  # the simulator's kernels have none
+        if compile_method is not None:
+            compile_method(signature)
+    return time.perf_counter() - start
 
 
 def compile_kernel(kernel: Callable, args: tuple) -> float:

@@ -9,6 +9,11 @@ Requests (``op``):
 - ``build``: render the kernel, compile it (numba caches it on disk) and report compile time; sent
   to the run worker too, where it loads the cached machine code before timing starts;
 - ``run``: warm up, check the output against the reference, time it per :class:`TimingConfig`.
+
+CUDA candidates (``KernelSource.launch == "cuda"``, see :meth:`Worker._run_cuda`) differ only in
+where the arrays live: the inputs are copied to the device once per workload, outside any timing;
+``out`` is a device array; every call is followed by ``cuda.synchronize()`` (also when timed); and
+``out`` is copied back for the check. numba.cuda is imported only for them.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from measure_agent.device import detect_device
-from measure_agent.engine.build import compile_kernel, load_kernel
+from measure_agent.engine.build import compile_cuda_kernel, compile_kernel, load_kernel
 from measure_agent.engine.checking import Problem, check_output, make_problem
 from measure_agent.engine.types import MeasureStatus, TimingConfig
 from measure_agent.space import ConfigError
@@ -47,6 +52,7 @@ class Worker:
         self.cache_dir = cache_dir
         self.device = detect_device()
         self._problems: dict[str, Problem] = {}
+        self._device_inputs: dict[str, tuple] = {}  # CUDA: the problem's inputs on the device
 
     def handle(self, request: dict) -> dict:
         op = request.get("op")
@@ -75,6 +81,7 @@ class Worker:
     def _problem(self, workload: Workload) -> Problem:
         if workload.key not in self._problems:
             self._problems.clear()  # one workload at a time in practice; bound memory
+            self._device_inputs.clear()
             self._problems[workload.key] = make_problem(workload)
         return self._problems[workload.key]
 
@@ -87,7 +94,10 @@ class Worker:
             kernel = load_kernel(kernel_source, self.cache_dir)
             # Types are all that matter for compiling: tiny arrays of the right dtype and rank.
             tiny = tuple(np.zeros((1,) * x.ndim, dtype=x.dtype) for x in self._tiny_inputs(workload))
-            seconds = compile_kernel(kernel, self._call_args(workload, kernel_source, tiny))
+            if kernel_source.launch == "cuda":
+                seconds = compile_cuda_kernel(kernel, self._call_args(workload, kernel_source, tiny))
+            else:
+                seconds = compile_kernel(kernel, self._call_args(workload, kernel_source, tiny))
         except Exception as exc:  # noqa: BLE001 - any compile failure belongs to the candidate
             raise CandidateError(MeasureStatus.COMPILE_ERROR, _one_line(exc)) from None
         return {"status": MeasureStatus.OK.value, "compile_time_s": seconds}
@@ -102,6 +112,8 @@ class Worker:
             kernel = load_kernel(kernel_source, self.cache_dir)
         except Exception as exc:  # noqa: BLE001
             raise CandidateError(MeasureStatus.COMPILE_ERROR, _one_line(exc)) from None
+        if kernel_source.launch == "cuda":
+            return self._run_cuda(workload, kernel, kernel_source, timing)
         problem = self._problem(workload)
         args = self._call_args(workload, kernel_source, problem.inputs)
         out = args[len(problem.inputs)]
@@ -120,21 +132,83 @@ class Worker:
                 f"max rel error {check.max_rel_error:.3g}",
                 "details": details,
             }
-        number = timing.number
-        costs = []
         try:
-            if timing.min_repeat_ms > 0:
-                elapsed = _time_calls(kernel, args, number)
-                while elapsed * 1000.0 < timing.min_repeat_ms and number < 1_000_000:
-                    scale = timing.min_repeat_ms / max(elapsed * 1000.0, 1e-3)
-                    number = min(1_000_000, max(number * 2, int(number * scale * 1.1) + 1))
-                    elapsed = _time_calls(kernel, args, number)
-            for _ in range(timing.repeat):
-                costs.append(_time_calls(kernel, args, number) / number)
+            costs, number = _timed_costs(lambda n: _time_calls(kernel, args, n), timing)
         except Exception as exc:  # noqa: BLE001
             raise CandidateError(MeasureStatus.RUNTIME_ERROR, _one_line(exc)) from None
         details["number"] = number
         return {"status": MeasureStatus.OK.value, "costs": costs, "details": details}
+
+    # -- CUDA candidates ---------------------------------------------------------------------------
+    def _run_cuda(self, workload: Workload, kernel, kernel_source, timing: TimingConfig) -> dict:
+        """As :meth:`_run`, with device arrays and a ``cuda.synchronize()`` after every call.
+
+        A CUDA error can leave the process's context unusable (an illegal address is sticky), and
+        every later candidate would fail with it. So a failing launch is not answered: the worker
+        writes the error to stderr and exits, the engine reports a runtime error carrying that
+        line, and the next request starts a fresh worker.
+        """
+        from numba import cuda
+
+        problem = self._problem(workload)
+        try:
+            inputs = self._cuda_inputs(workload, problem)
+            out = cuda.to_device(np.full(workload.spec.output_shape(workload.params), np.nan, dtype=workload.dtype))
+        except Exception as exc:  # noqa: BLE001 - no device memory or no device: not the candidate's fault
+            _abandon_cuda_context(exc)
+        args = (*inputs, out, *kernel_source.runtime_args)
+
+        def call():
+            kernel(*args)
+            cuda.synchronize()
+
+        try:
+            for _ in range(max(1, timing.warmup)):
+                call()
+            actual = out.copy_to_host()
+        except Exception as exc:  # noqa: BLE001
+            _abandon_cuda_context(exc)
+        check = check_output(problem, actual)
+        details = {"max_abs_error": check.max_abs_error, "max_rel_error": check.max_rel_error}
+        if not check.correct:
+            return {
+                "status": MeasureStatus.WRONG_ANSWER.value,
+                "message": f"output differs from the reference: max abs error {check.max_abs_error:.3g}, "
+                f"max rel error {check.max_rel_error:.3g}",
+                "details": details,
+            }
+        try:
+            costs, number = _timed_costs(lambda n: _time_synchronised_calls(call, n), timing)
+        except Exception as exc:  # noqa: BLE001
+            _abandon_cuda_context(exc)
+        details["number"] = number
+        return {"status": MeasureStatus.OK.value, "costs": costs, "details": details}
+
+    def _cuda_inputs(self, workload: Workload, problem: Problem) -> tuple:
+        """The problem's inputs on the device, copied once per workload (never during timing)."""
+        from numba import cuda
+
+        if workload.key not in self._device_inputs:
+            self._device_inputs.clear()
+            self._device_inputs[workload.key] = tuple(cuda.to_device(x) for x in problem.inputs)
+        return self._device_inputs[workload.key]
+
+
+def _timed_costs(time_calls, timing: TimingConfig) -> tuple[list[float], int]:
+    """Seconds per call for each of ``timing.repeat`` repeats, and the calls per repeat.
+
+    ``time_calls(n)`` makes ``n`` back-to-back calls and returns the seconds they took. When a
+    repeat takes less than ``min_repeat_ms``, the calls per repeat grow until it does not.
+    """
+    number = timing.number
+    if timing.min_repeat_ms > 0:
+        elapsed = time_calls(number)
+        while elapsed * 1000.0 < timing.min_repeat_ms and number < 1_000_000:
+            scale = timing.min_repeat_ms / max(elapsed * 1000.0, 1e-3)
+            number = min(1_000_000, max(number * 2, int(number * scale * 1.1) + 1))
+            elapsed = time_calls(number)
+    costs = [time_calls(number) / number for _ in range(timing.repeat)]
+    return costs, number
 
 
 def _time_calls(kernel, args, number: int) -> float:
@@ -142,6 +216,25 @@ def _time_calls(kernel, args, number: int) -> float:
     for _ in range(number):
         kernel(*args)
     return time.perf_counter() - start
+
+
+def _time_synchronised_calls(call, number: int) -> float:
+    """``call`` launches and synchronises: each timed call includes its launch and completion."""
+    start = time.perf_counter()
+    for _ in range(number):
+        call()
+    return time.perf_counter() - start
+
+
+# Exit status of a worker that gave up its CUDA context after a failed launch (EX_SOFTWARE).
+CUDA_FAILURE_EXIT_CODE = 70
+
+
+def _abandon_cuda_context(exc: BaseException):
+    """Report a CUDA failure on stderr and exit at once (see :meth:`Worker._run_cuda`)."""
+    sys.stderr.write(f"CUDA candidate failed, worker exits for a fresh CUDA context: {_one_line(exc)}\n")
+    sys.stderr.flush()
+    os._exit(CUDA_FAILURE_EXIT_CODE)
 
 
 _ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")

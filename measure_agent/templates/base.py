@@ -22,11 +22,19 @@ class KernelSource:
     The engine calls ``entry(*inputs, out, *runtime_args)``; the kernel writes its result into
     ``out``. Knobs that need not be compile-time constants (cache-block sizes) travel in
     ``runtime_args`` so that configs differing only in them share one compiled kernel.
+
+    ``launch`` says how the entry is called: ``"host"`` (CPU kernels) on numpy arrays, returning when
+    done; ``"cuda"`` on numba CUDA device arrays, asynchronously (the engine copies the inputs to
+    the device once, synchronises after every call and copies ``out`` back to check it). A
+    ``"cuda"`` entry is a host function that launches kernels; its attribute ``kernels`` lists the
+    ``cuda.jit`` kernels it launches, which take the entry's own arguments, so that the engine can
+    compile them at build time.
     """
 
     text: str
     entry: str
     runtime_args: tuple[int, ...] = ()
+    launch: str = "host"
 
 
 class Template(ABC):
