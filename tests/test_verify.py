@@ -81,7 +81,7 @@ def test_choose_configs_default_first_then_distinct_random_ones():
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--tracker", "localhost:9000", "--rpc-key", "k"], "not supported yet"),
+    (["--tracker", "localhost:9000"], "needs both --tracker and --rpc-key"),
     (["--target", "fpga"], "no template for matmul on target fpga"),
 ])
 def test_usage_errors_are_one_line(capsys, args, message):
@@ -105,3 +105,34 @@ def test_verify_configs_takes_any_measurer():
 
     [row] = verify_configs(Fake(), workload, "cpu", [config])
     assert row.ok and row.max_abs_error == 0.0 and row.config == config
+
+
+def test_verify_on_a_fleet_measures_on_the_agents_and_logs_nothing(tmp_path, kernel_cache_dir, cli_env):
+    import subprocess as sp
+    import sys as _sys
+
+    from measure_agent.templates import default_catalog
+    from tuner.daemon import Daemon
+    from tuner.log import TuningLog
+
+    from fleet_helpers import agent_names, start_agent, stop_all, wait_for
+
+    with TuningLog(f"sqlite:///{tmp_path / 'v.db'}") as log:
+        daemon = Daemon(log, "127.0.0.1:0", catalog=default_catalog(), heartbeat_interval_s=0.3,
+                        agent_timeout_s=5).start()
+        agent = start_agent(daemon.address, "verify-key", "verifier", kernel_cache_dir, templates="default")
+        try:
+            wait_for(lambda: agent_names(daemon) == {"verifier"}, what="agent joined")
+            proc = sp.run([_sys.executable, "-m", "tuner", "verify", "--workload", "matmul(M=9,N=20,K=7)",
+                           "--samples", "1", "--tracker", daemon.address, "--rpc-key", "verify-key"],
+                          capture_output=True, text=True, env=cli_env, timeout=600)
+            assert proc.returncode == 0, proc.stdout + proc.stderr
+            assert "on fleet key verify-key" in proc.stdout and "default" in proc.stdout
+            assert log.trials() == []  # verification is not tuning: nothing recorded
+            missing = sp.run([_sys.executable, "-m", "tuner", "verify", "--workload", "matmul(M=9,N=20,K=7)",
+                              "--tracker", daemon.address, "--rpc-key", "nobody"],
+                             capture_output=True, text=True, env=cli_env, timeout=120)
+            assert missing.returncode == 1 and "no agent of key nobody" in missing.stderr
+        finally:
+            stop_all([agent])
+            daemon.stop()

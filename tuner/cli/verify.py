@@ -23,6 +23,7 @@ from measure_agent.space import Config, ConfigSpace
 from measure_agent.templates import Template, TemplateNotFound, default_catalog
 from measure_agent.workload import Workload
 from tuner.cli.common import (
+    add_client_security_arguments,
     EXIT_FAILURE,
     WORKLOAD_HELP,
     CliError,
@@ -30,7 +31,7 @@ from tuner.cli.common import (
     positive_int,
     workload_arg,
 )
-from tuner.measure import Measurer
+from tuner.measure import Measurer, SyncMeasurer
 
 
 @dataclass(frozen=True)
@@ -95,8 +96,9 @@ def register(subparsers) -> None:
     p.add_argument("--timeout", type=positive_float, default=60.0, help="run timeout per config, seconds (default 60)")
     p.add_argument("--build-timeout", type=positive_float, default=300.0,
                    help="build timeout per config, seconds (default 300)")
-    p.add_argument("--tracker", metavar="HOST:PORT", help="verify on fleet agents (not supported yet)")
+    p.add_argument("--tracker", metavar="HOST:PORT", help="verify on fleet agents instead of this host")
     p.add_argument("--rpc-key", metavar="KEY", help="device key of the fleet agents (with --tracker)")
+    add_client_security_arguments(p)
     p.set_defaults(func=run)
 
 
@@ -105,8 +107,9 @@ def run(args: argparse.Namespace) -> int:
 
     workload = workload_arg(args.workload)
     if args.tracker or args.rpc_key:
-        raise CliError("verify on a fleet (--tracker/--rpc-key) is not supported yet; run tuner verify on the "
-                       "measuring host")
+        if not (args.tracker and args.rpc_key):
+            raise CliError("verify on a fleet needs both --tracker and --rpc-key")
+        return _run_on_fleet(args, workload)
     try:
         template = default_catalog().get(workload.op, args.target)
     except TemplateNotFound as exc:
@@ -124,6 +127,59 @@ def run(args: argparse.Namespace) -> int:
         print(f"verify {workload.key} on {measurer.device_key}, target {args.target}: the default config and "
               f"{len(chosen) - 1} random ones (seed {args.seed})", flush=True)
         rows = verify_configs(measurer, workload, args.target, [config for _, config in chosen])
+    return report(rows, [label for label, _ in chosen])
+
+
+class _FleetVerifyMeasurer(SyncMeasurer):
+    """Measures listed configs once on agents of a key, through the daemon (nothing is logged)."""
+
+    agent_name = "fleet"
+
+    def __init__(self, client, device_key: str, target: str, timing: TimingConfig, device_info: dict) -> None:
+        super().__init__()
+        self.client, self.device_key, self.target, self.timing = client, device_key, target, timing
+        self.device_info = device_info
+        self.template_version = ""
+
+    def measure_now(self, items):
+        from measure_agent.protocol.convert import result_from_proto
+
+        if not items:
+            return []
+        reply = self.client.measure(items[0].workload.key, self.device_key, [i.config.json_text() for i in items],
+                                    target=self.target, timing=self.timing)
+        return [result_from_proto(m) for m in reply.measurements]
+
+
+def _run_on_fleet(args: argparse.Namespace, workload) -> int:
+    from measure_agent.protocol.convert import capabilities_to_json
+    from measure_agent.protocol.errors import FleetError, InvalidRequest
+    from tuner.cli.common import fleet_client
+    from tuner.steering import SteeringError, parse_target
+
+    try:
+        family = parse_target(args.target).family
+        template = default_catalog().get(workload.op, family)
+        timing = TimingConfig(number=1, repeat=1, min_repeat_ms=0.0, warmup=1,
+                              build_timeout_s=args.build_timeout, run_timeout_s=args.timeout)
+    except (SteeringError, TemplateNotFound, ValueError) as exc:
+        raise CliError(str(exc)) from None
+    with fleet_client(args) as client:
+        try:
+            agents = [a for a in client.agents().agents if a.key == args.rpc_key]
+            if not agents:
+                raise CliError(f"no agent of key {args.rpc_key} is connected to {args.tracker}", EXIT_FAILURE)
+            info = capabilities_to_json(agents[0].capabilities)
+            space = template.space(workload, DeviceInfo.from_json(info))
+            chosen = choose_configs(template, workload, space, args.samples, args.seed)
+            print(f"verify {workload.key} on fleet key {args.rpc_key} ({len(agents)} agents), target {args.target}: "
+                  f"the default config and {len(chosen) - 1} random ones (seed {args.seed})", flush=True)
+            measurer = _FleetVerifyMeasurer(client, args.rpc_key, args.target, timing, info)
+            rows = verify_configs(measurer, workload, family, [config for _, config in chosen])
+        except InvalidRequest as exc:
+            raise CliError(str(exc)) from None
+        except FleetError as exc:
+            raise CliError(str(exc), EXIT_FAILURE) from None
     return report(rows, [label for label, _ in chosen])
 
 

@@ -51,6 +51,15 @@ class FleetClient:
     def cancel(self, job_id: int) -> pb.JobStatus:
         return self._call(self._stub.CancelJob, pb.JobRef(job_id=job_id))
 
+    def measure(self, workload: str, device_key: str, configs_json: list[str], *, target: str = "cpu",
+                timing: TimingConfig | None = None, wait_timeout_s: float = 0.0) -> pb.MeasureReply:
+        """Measure configs once on agents of ``device_key`` (not recorded in the log)."""
+        request = pb.MeasureRequest(workload=workload, device_key=device_key, target=target,
+                                    configs_json=configs_json, wait_timeout_s=wait_timeout_s)
+        if timing is not None:
+            request.timing.CopyFrom(timing_to_proto(timing))
+        return self._call(self._stub.Measure, request, timeout=None)
+
     def agents(self) -> pb.AgentList:
         return self._call(self._stub.ListAgents, pb.ListAgentsRequest())
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 from dataclasses import replace
@@ -9,20 +10,24 @@ from dataclasses import replace
 import grpc
 
 from measure_agent.protocol import PROTOCOL_VERSION
+from measure_agent.engine import MeasureInput, TimingConfig
 from measure_agent.protocol.convert import (
     capabilities_to_json,
     result_from_proto,
+    result_to_proto,
     timing_from_proto,
     timing_to_proto,
 )
-from measure_agent.protocol.errors import FleetError, InvalidRequest, VersionMismatch, abort
+from measure_agent.protocol.errors import FleetError, InvalidRequest, Unavailable, VersionMismatch, abort
 from measure_agent.protocol.v1 import fleet_pb2 as pb
 from measure_agent.protocol.v1 import fleet_pb2_grpc as pb_grpc
-from measure_agent.templates import TemplateCatalog
-from measure_agent.workload import WorkloadError
+from measure_agent.space import ConfigError
+from measure_agent.templates import TemplateCatalog, TemplateNotFound
+from measure_agent.workload import WorkloadError, parse_workload
 from measure_agent.workload.family import parse_family
 from tuner.daemon.jobs import DEVICE_KEY_RE, JobManager, JobSnapshot, validate_request
 from tuner.daemon.scheduler import Scheduler
+from tuner.steering import SteeringError, parse_target
 
 logger = logging.getLogger("tunefleet.daemon")
 
@@ -109,6 +114,7 @@ class ClientService(pb_grpc.ClientServiceServicer):
         self.manager = manager
         self.scheduler = scheduler
         self.catalog = catalog
+        self._adhoc_ids = itertools.count(1)
 
     def SubmitJob(self, request: pb.JobSpec, context: grpc.ServicerContext) -> pb.JobStatus:
         try:
@@ -157,6 +163,9 @@ class ClientService(pb_grpc.ClientServiceServicer):
         except FleetError as exc:
             abort(context, exc)
 
+    def Measure(self, request: pb.MeasureRequest, context: grpc.ServicerContext) -> pb.MeasureReply:
+        return _measure_configs(self, request, context)
+
     def ListAgents(self, request: pb.ListAgentsRequest, context: grpc.ServicerContext) -> pb.AgentList:
         agents = self.scheduler.agents()
         now = self.scheduler.now()
@@ -180,6 +189,48 @@ class ClientService(pb_grpc.ClientServiceServicer):
             ],
             keys=key_infos,
         )
+
+
+MAX_CONFIGS_PER_MEASURE = 256
+
+
+def _measure_configs(service: "ClientService", request: pb.MeasureRequest, context: grpc.ServicerContext):
+    """Measure listed configs on agents of a key; results are returned, not logged."""
+    try:
+        workload = parse_workload(request.workload)
+        target = parse_target(request.target or "cpu")
+        space = service.catalog.space(workload, target.family)
+        if not 1 <= len(request.configs_json) <= MAX_CONFIGS_PER_MEASURE:
+            raise InvalidRequest(f"give between 1 and {MAX_CONFIGS_PER_MEASURE} configs")
+        configs = [space.from_json(text) for text in request.configs_json]
+        timing = timing_from_proto(request.timing) if request.HasField("timing") else TimingConfig()
+        if not DEVICE_KEY_RE.match(request.device_key):
+            raise InvalidRequest(f"invalid device key {request.device_key!r}")
+    except (WorkloadError, TemplateNotFound, SteeringError, ConfigError, ValueError) as exc:
+        abort(context, InvalidRequest(str(exc)))
+    except FleetError as exc:
+        abort(context, exc)
+    job_id = -next(service._adhoc_ids)  # not a job of the log: negative ids never collide
+    items = [MeasureInput(workload, c, target.family) for c in configs]
+    requirement = target.matches if target.has_requirements else None
+    batch = service.scheduler.submit(request.device_key, job_id, 0, items, timing, requirement)
+    since = service.scheduler.now()
+    try:
+        while batch.remaining:
+            generation = service.scheduler.generation
+            if not context.is_active():
+                return pb.MeasureReply()
+            waited = service.scheduler.seconds_without_agents(request.device_key, since)
+            if request.wait_timeout_s and waited > request.wait_timeout_s:
+                abort(context, Unavailable(f"no agent of key {request.device_key!r} for {request.wait_timeout_s:g} s"))
+            if batch.remaining:
+                service.scheduler.wait_for_change(generation, 0.5)
+    finally:
+        service.scheduler.cancel_job(job_id)  # no-op when done; drops what is left otherwise
+    return pb.MeasureReply(
+        measurements=[result_to_proto("", r) for r in batch.results],
+        measured_by=[r.measured_by for r in batch.results],
+    )
 
 
 def job_status(snapshot: JobSnapshot) -> pb.JobStatus:

@@ -301,6 +301,30 @@ class ListAgentsRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
+class MeasureRequest(_message.Message):
+    __slots__ = ("workload", "target", "device_key", "configs_json", "timing", "wait_timeout_s")
+    WORKLOAD_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_KEY_FIELD_NUMBER: _ClassVar[int]
+    CONFIGS_JSON_FIELD_NUMBER: _ClassVar[int]
+    TIMING_FIELD_NUMBER: _ClassVar[int]
+    WAIT_TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
+    workload: str
+    target: str
+    device_key: str
+    configs_json: _containers.RepeatedScalarFieldContainer[str]
+    timing: Timing
+    wait_timeout_s: float
+    def __init__(self, workload: _Optional[str] = ..., target: _Optional[str] = ..., device_key: _Optional[str] = ..., configs_json: _Optional[_Iterable[str]] = ..., timing: _Optional[_Union[Timing, _Mapping]] = ..., wait_timeout_s: _Optional[float] = ...) -> None: ...
+
+class MeasureReply(_message.Message):
+    __slots__ = ("measurements", "measured_by")
+    MEASUREMENTS_FIELD_NUMBER: _ClassVar[int]
+    MEASURED_BY_FIELD_NUMBER: _ClassVar[int]
+    measurements: _containers.RepeatedCompositeFieldContainer[Measurement]
+    measured_by: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, measurements: _Optional[_Iterable[_Union[Measurement, _Mapping]]] = ..., measured_by: _Optional[_Iterable[str]] = ...) -> None: ...
+
 class AgentList(_message.Message):
     __slots__ = ("agents", "keys")
     AGENTS_FIELD_NUMBER: _ClassVar[int]

@@ -308,6 +308,11 @@ class ClientServiceStub(object):
                 request_serializer=measure__agent_dot_protocol_dot_v1_dot_fleet__pb2.ListAgentsRequest.SerializeToString,
                 response_deserializer=measure__agent_dot_protocol_dot_v1_dot_fleet__pb2.AgentList.FromString,
                 _registered_method=True)
+        self.Measure = channel.unary_unary(
+                '/measure_agent.protocol.v1.ClientService/Measure',
+                request_serializer=measure__agent_dot_protocol_dot_v1_dot_fleet__pb2.MeasureRequest.SerializeToString,
+                response_deserializer=measure__agent_dot_protocol_dot_v1_dot_fleet__pb2.MeasureReply.FromString,
+                _registered_method=True)
 
 
 class ClientServiceServicer(object):
@@ -350,6 +355,12 @@ class ClientServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Measure(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ClientServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -382,6 +393,11 @@ def add_ClientServiceServicer_to_server(servicer, server):
                     servicer.ListAgents,
                     request_deserializer=measure__agent_dot_protocol_dot_v1_dot_fleet__pb2.ListAgentsRequest.FromString,
                     response_serializer=measure__agent_dot_protocol_dot_v1_dot_fleet__pb2.AgentList.SerializeToString,
+            ),
+            'Measure': grpc.unary_unary_rpc_method_handler(
+                    servicer.Measure,
+                    request_deserializer=measure__agent_dot_protocol_dot_v1_dot_fleet__pb2.MeasureRequest.FromString,
+                    response_serializer=measure__agent_dot_protocol_dot_v1_dot_fleet__pb2.MeasureReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -546,6 +562,33 @@ class ClientService(object):
             '/measure_agent.protocol.v1.ClientService/ListAgents',
             measure__agent_dot_protocol_dot_v1_dot_fleet__pb2.ListAgentsRequest.SerializeToString,
             measure__agent_dot_protocol_dot_v1_dot_fleet__pb2.AgentList.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Measure(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/measure_agent.protocol.v1.ClientService/Measure',
+            measure__agent_dot_protocol_dot_v1_dot_fleet__pb2.MeasureRequest.SerializeToString,
+            measure__agent_dot_protocol_dot_v1_dot_fleet__pb2.MeasureReply.FromString,
             options,
             channel_credentials,
             insecure,
