@@ -1,0 +1,372 @@
+"""GotoBLAS-style GEMM loop nests shared by the dense and batch_matmul templates.
+
+The same design as ``templates/matmul_cpu.py`` (register-blocked micro-kernel, cache blocks as
+runtime arguments), generalised to a batch axis and to a transposed right operand:
+
+    [pack_b] copy the right operand into zero-padded NR-wide column panels: bp[(b,) panel, k, c]
+             (one parallel pass per call, counted in the timing)
+    for each work item ((batch b,) MC-block of rows), in parallel if asked
+      for each NC-block of columns                                        (jc)
+        for each KC-block of the reduction                                (pc)
+          [pack_a] copy the MC x KC block of A into MR-high strips, zero-padded
+          for the NR-wide panels and MR-high strips of the block, in ``loop_order``
+            MR x NR register tile, reduced over the KC block (``unroll_k`` copies per iteration),
+            stored to out (added to it after the first KC block)
+
+Two micro-kernels (``vector_axis``):
+- ``n``: vectorised over output columns: each A value broadcast against NR-wide rows of B (as the
+  matmul template). B must be packed when it is stored transposed (dense weights are [N, K]).
+- ``k``: vectorised over the reduction (only for a transposed B, where A rows and B rows are both
+  contiguous along k): MR x NR accumulator *vectors* of lanes along k, summed horizontally at the
+  end of the block, the K remainder added one element at a time. Nothing is packed: the right
+  choice for matrix-vector shapes (M = 1), where packing would triple the memory traffic.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from measure_agent.space import BoolKnob, ChoiceKnob, Config, ConfigSpace, Constraint, SplitKnob
+from measure_agent.templates.cpu._common import (
+    PARALLEL_MIN_FLOPS,
+    BLOCK_TILES,
+    UNROLLS,
+    CpuSpace,
+    VectorTarget,
+    header,
+    indent,
+    kernel_head,
+    kernel_tail,
+    pick_split,
+    reduction_blocks,
+    Tile,
+    target_of,
+    unrolled_loop,
+)
+
+LOOP_ORDERS = ("n_outer", "m_outer")
+# Cache blocks along M: MC = tiles * MR; along N: NC = tiles * NR.
+MC_TILES = (1, 2, 4, 8, 16, 32, 64, 128)
+NC_TILES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+ITEMS = 8  # parallel work items wanted by the default (several per core)
+
+
+@dataclass(frozen=True)
+class GemmShape:
+    """``out[(b,) m, n] = sum_k A[(b,) m, k] * B(k, n)``: B is ``B[(b,) k, n]`` or, when
+    ``transposed``, ``B[n, k]`` (dense weights)."""
+
+    batch: int  # 0: no batch axis
+    M: int
+    N: int
+    K: int
+    transposed: bool
+
+
+def gemm_space(shape: GemmShape, dtype: str, vt: VectorTarget) -> ConfigSpace:
+    vector_axes = ("n", "k") if shape.transposed else ("n",)
+    knobs = [
+        ChoiceKnob("vector_axis", vector_axes),
+        SplitKnob("tile_m", shape.M, (MC_TILES, vt.broadcast_tiles)),
+        SplitKnob("tile_n", shape.N, (NC_TILES, vt.axis_tiles(dtype, shape.N))),
+        ChoiceKnob("kc", reduction_blocks(shape.K)),
+        ChoiceKnob("loop_order", LOOP_ORDERS),
+        ChoiceKnob("unroll_k", UNROLLS),
+        BoolKnob("pack_a"),
+    ]
+    lanes = vt.lanes(dtype)
+    if shape.transposed:
+        knobs.append(ChoiceKnob("k_lanes", (lanes, 2 * lanes)))
+    else:
+        knobs.append(BoolKnob("pack_b"))
+    knobs.append(BoolKnob("parallel"))
+    constraints = [
+        Constraint(
+            ("vector_axis", "tile_m", "tile_n"),
+            lambda axis, tm, tn: (vt.vector_ok(tn[-1], tm[-1], dtype, shape.N) if axis == "n"
+                                  else tn[-1] in vt.broadcast_tiles and tm[-1] * tn[-1] <= vt.max_accumulators),
+            f"vectorised over n: NR is a multiple of the vector ({lanes} lanes) or the whole axis, "
+            f"over k: NR is a broadcast tile; the accumulators fit in {vt.max_accumulators} registers",
+        ),
+        Constraint(
+            ("vector_axis", "pack_a"),
+            lambda axis, pack_a: axis == "n" or not pack_a,
+            "vectorised over k, A rows are read in place (contiguous along k): no A packing",
+        ),
+    ]
+    if shape.transposed:
+        constraints.append(Constraint(
+            ("vector_axis", "tile_m", "tile_n", "k_lanes"),
+            lambda axis, tm, tn, kl: (kl == lanes if axis == "n"
+                                      else tm[-1] * tn[-1] * (kl // lanes) <= vt.max_accumulators),
+            f"k_lanes (reduction lanes per (row, column) pair: one or two vectors) only vectorising over k, "
+            f"with the accumulators fitting in {vt.max_accumulators} registers",
+        ))
+    return CpuSpace(knobs, constraints, vector=vt)
+
+
+def gemm_default(shape: GemmShape, dtype: str, space: ConfigSpace, flops: int) -> Config:
+    """MR = 6 rows (or fewer) x NR = two vectors (AVX2 float32: 6 x 16, 12 accumulators), B
+    packed, no K blocking, MC up to 96 rows; for a transposed B with one or two rows of A (a
+    matrix-vector product) the reduction-vectorised kernel instead: 8 rows of B per tile, B read in
+    place. Rows, then columns, are split into blocks until there are about eight work items."""
+    vt = target_of(space)
+    lanes = vt.lanes(dtype)
+    batch = max(1, shape.batch)
+    if shape.transposed and shape.M <= 2:
+        tile_m = pick_split(space.knob("tile_m"), shape.M, shape.M)
+        nr = max(t for t in vt.broadcast_tiles if t * tile_m[-1] <= min(8, vt.max_accumulators) and t <= shape.N)
+        axis = "k"
+    else:
+        nr = shape.N if shape.N <= 2 * lanes else 2 * lanes
+        mr = max(1, min(6, vt.max_accumulators // vt.accumulator_vectors(1, nr, dtype)))
+        tile_m = pick_split(space.knob("tile_m"), mr, min(96, max(mr, shape.M // max(1, 4 // batch))))
+        axis = "n"
+    # column blocks: as wide as possible, split only when rows and batches give too few work items
+    row_items = batch * math.ceil(shape.M / (tile_m[1] * tile_m[2]))
+    n_splits = max(1, math.ceil(ITEMS / row_items))
+    tile_n = pick_split(space.knob("tile_n"), nr, max(nr, shape.N // n_splits), inner_ok=lambda t: t == nr)
+    values = {
+        "vector_axis": axis,
+        "tile_m": tile_m,
+        "tile_n": tile_n,
+        "kc": shape.K,
+        "loop_order": "n_outer",
+        "unroll_k": 1,
+        "pack_a": False,
+        "parallel": flops >= PARALLEL_MIN_FLOPS,
+    }
+    if shape.transposed:
+        values["k_lanes"] = lanes
+    else:
+        values["pack_b"] = True
+    return space.make(values)
+
+
+def gemm_runtime_args(config: Config) -> tuple[int, int, int]:
+    _, mc_tiles, mr = config["tile_m"]
+    _, nc_tiles, nr = config["tile_n"]
+    return mc_tiles * mr, nc_tiles * nr, config["kc"]
+
+
+# -- rendering -----------------------------------------------------------------------------------
+
+
+class _Operands:
+    """Index expressions of A, B, out for a shape (indices unsigned; ``ub`` the batch index)."""
+
+    def __init__(self, shape: GemmShape) -> None:
+        self.batch = shape.batch > 0
+        self.transposed = shape.transposed
+
+    def a(self, i: str, k: str) -> str:
+        return f"A[ub, {i}, {k}]" if self.batch else f"A[{i}, {k}]"
+
+    def b(self, k: str, j: str) -> str:
+        if self.transposed:
+            return f"B[{j}, {k}]"
+        return f"B[ub, {k}, {j}]" if self.batch else f"B[{k}, {j}]"
+
+    def out(self, i: str, j: str) -> str:
+        return f"out[ub, {i}, {j}]" if self.batch else f"out[{i}, {j}]"
+
+    def panels(self) -> str:
+        return "bp[b_item]" if self.batch else "bp"
+
+
+def render_gemm(*, title: str, entry: str, shape: GemmShape, workload, config: Config) -> str:
+    axis = config["vector_axis"]
+    _, _, mr = config["tile_m"]
+    _, _, nr = config["tile_n"]
+    pack_a = config["pack_a"]
+    pack_b = config["pack_b"] if not shape.transposed else axis == "n"
+    parallel = config["parallel"]
+    loop = "prange"  # always (see kernel_head); parallel=False runs it on one thread
+    ops = _Operands(shape)
+    lines = header(title, workload, config, f"{entry}(A, B, out, MC, NC, KC)",
+                   "MC = tile_m[1] * MR, NC = tile_n[1] * NR, KC = kc", ("tile_m", "tile_n", "kc"), parallel)
+    emit = lines.append
+    emit(f"MR = {mr}  # rows of out per register tile")
+    emit(f"NR = {nr}  # columns of out per register tile")
+    if axis == "k":
+        emit(f"KV = {config['k_lanes']}  # reduction lanes of partial sums per (row, column) pair")
+    emit("")
+    emit("")
+    lines += kernel_head(entry, "A, B, out, MC, NC, KC", parallel)
+    body: list[str] = []
+    add = body.append
+    if ops.batch:
+        add("BATCH, M, K = A.shape")
+        add("N = B.shape[2]")
+    else:
+        add("BATCH = 1")
+        add("M, K = A.shape")
+        add("N = B.shape[0]" if shape.transposed else "N = B.shape[1]")
+    add("# cache blocks: whole register tiles, at least one")
+    add("MC = max(MR, MC - MC % MR)")
+    add("NC = max(NR, NC - NC % NR)")
+    add("KC = max(KC, 1)")
+    add("n_panels_all = (N + NR - 1) // NR")
+    if pack_b:
+        body += _pack_b(ops, loop)
+    body += [
+        "m_blocks = (M + MC - 1) // MC",
+        "n_blocks = (N + NC - 1) // NC",
+        "# work items: (batch, MC-row block, NC-column block)" if ops.batch
+        else "# work items: (MC-row block, NC-column block)",
+        f"for item in {loop}(BATCH * m_blocks * n_blocks):",
+        "    b_item = item // (m_blocks * n_blocks)",
+        "    ub = np.uint64(b_item)",
+        "    ic = item // n_blocks % m_blocks * MC",
+        "    jc = item % n_blocks * NC",
+        "    mc = min(MC, M - ic)",
+        "    nc = min(NC, N - jc)",
+        "    m_strips = (mc + MR - 1) // MR",
+        "    n_panels = (nc + NR - 1) // NR",
+        "    for pc in range(0, K, KC):",
+        "        kc = min(KC, K - pc)",
+        "        kb = np.uint64(pc)  # unsigned indices: no negative-index wraparound in hot loads",
+    ]
+    if pack_a:
+        body += indent([
+            "# A block packed into MR-high strips, zero-padded: a_packed[strip, k, r] = A[i0 + r, pc + k]",
+            "a_packed = np.empty((m_strips, kc, MR), dtype=A.dtype)",
+            "for strip in range(m_strips):",
+            "    i0 = ic + strip * MR",
+            "    mr = min(MR, ic + mc - i0)",
+            "    for k in range(kc):",
+            "        for r in range(mr):",
+            f"            a_packed[strip, k, r] = {ops.a('i0 + r', 'pc + k')}",
+            "        for r in range(mr, MR):",
+            "            a_packed[strip, k, r] = 0",
+        ], 8)
+    panel_setup = _panel_setup(axis, pack_b, nr, ops)
+    strip_setup = _strip_setup(pack_a, mr)
+    if config["loop_order"] == "n_outer":  # one B panel stays hot while the A strips stream past
+        nest = (["for panel in range(n_panels):"] + indent(panel_setup, 4)
+                + indent(["for strip in range(m_strips):"], 4) + indent(strip_setup, 8))
+    else:  # one A strip stays hot while the B panels stream past
+        nest = (["for strip in range(m_strips):"] + indent(strip_setup, 4)
+                + indent(["for panel in range(n_panels):"], 4) + indent(panel_setup, 8))
+    if axis == "n":
+        tile = _tile_vector_n(ops, config, pack_a, pack_b)
+    else:
+        tile = _tile_vector_k(ops, config)
+    body += indent(nest + indent(tile, 8), 8)
+    lines += indent(body, 4)
+    lines += kernel_tail(entry, "A, B, out, MC, NC, KC", parallel)
+    emit("")
+    return "\n".join(lines)
+
+
+def _pack_b(ops: _Operands, loop: str) -> list[str]:
+    source = ops.b("k", "j0 + c")
+    return [
+        "# B packed into zero-padded NR-wide column panels: bp[(b,) panel, k, c] = B(k, panel * NR + c)",
+        "bp = np.empty((BATCH, n_panels_all, K, NR), dtype=B.dtype)" if ops.batch
+        else "bp = np.empty((n_panels_all, K, NR), dtype=B.dtype)",
+        f"for bpanel in {loop}(BATCH * n_panels_all):",
+        "    b_item, panel = bpanel // n_panels_all, bpanel % n_panels_all",
+        "    ub = np.uint64(b_item)",
+        "    j0 = panel * NR",
+        "    nr = min(NR, N - j0)",
+        f"    dest = {ops.panels()}[panel]",
+    ] + ([
+        "    for c in range(nr):  # B is [N, K]: read along k",
+        "        for k in range(K):",
+        f"            dest[k, c] = {source}",
+    ] if ops.transposed else [
+        "    for k in range(K):",
+        "        for c in range(nr):",
+        f"            dest[k, c] = {source}",
+    ]) + [
+        "    for c in range(nr, NR):",
+        "        for k in range(K):",
+        "            dest[k, c] = 0",
+    ]
+
+
+def _panel_setup(axis: str, pack_b: bool, nr: int, ops: _Operands) -> list[str]:
+    """Columns of the tile: B is read at columns jb + c, c in [0, NR); out gets c in [c_lo, c_hi)."""
+    if axis == "k":
+        return [
+            "j0 = jc + panel * NR",
+            "jb, c_lo, c_hi = j0, 0, min(NR, jc + nc - j0)",
+            f"b_rows = stack_array({nr}, np.uint64)  # NR rows of B; a partial panel repeats its last row",
+            "for c in range(NR):",
+            "    b_rows[c] = np.uint64(min(j0 + c, N - 1))",
+        ]
+    if pack_b:
+        return [
+            "j0 = jc + panel * NR",
+            "jb, c_lo, c_hi = j0, 0, min(NR, jc + nc - j0)",
+            f"b_panel = {ops.panels()}[j0 // NR]",
+        ]
+    return [
+        "j0 = jc + panel * NR",
+        "jb = min(j0, N - NR)  # a partial last panel shifts left to stay inside B",
+        "c_lo, c_hi = j0 - jb, min(jc + nc, jb + NR) - jb",
+        "b_cols = np.uint64(jb)",
+    ]
+
+
+def _strip_setup(pack_a: bool, mr: int) -> list[str]:
+    """Rows of the tile: out gets rows i0 + r for r < mr."""
+    lines = ["i0 = ic + strip * MR", "mr = min(MR, ic + mc - i0)"]
+    if pack_a:
+        return lines + ["a_strip = a_packed[strip]"]
+    return lines + [
+        f"a_rows = stack_array({mr}, np.uint64)  # MR rows of A; a partial strip repeats its last row",
+        "for r in range(MR):",
+        "    a_rows[r] = np.uint64(i0 + min(r, mr - 1))",
+    ]
+
+
+def _store(ops: _Operands, tile: Tile) -> list[str]:
+    return tile.store(row="r", target=lambda b: ops.out(f"np.uint64(i0 + {b})", "np.uint64(jb + c)"),
+                      whole="mr == MR and c_lo == 0 and c_hi == NR", rows_edge="0, mr", lanes_edge="c_lo, c_hi",
+                      first="pc == 0", contiguous=True)
+
+
+def _tile_vector_n(ops: _Operands, config: Config, pack_a: bool, pack_b: bool) -> list[str]:
+    _, _, mr = config["tile_m"]
+    _, _, nr = config["tile_n"]
+    tile = Tile(mr, nr, "c")  # rows: MR rows of A (broadcast); lanes: NR columns of B
+    b_load = "b_panel[kb + kk, c]" if pack_b else ops.b("kb + kk", "b_cols + np.uint64(c)")
+    a_load = "a_strip[kk, r]" if pack_a else ops.a("a_rows[r]", "kb + kk")
+    update = ["kk = np.uint64(k)",
+              "for r in range(MR):",
+              f"    a = {a_load}",
+              "    for c in range(NR):",
+              f"        {tile.at('r')} += a * {b_load}"]
+    return tile.zero() + unrolled_loop("k", "0", "kc", config["unroll_k"], update) + _store(ops, tile)
+
+
+def _tile_vector_k(ops: _Operands, config: Config) -> list[str]:
+    _, _, mr = config["tile_m"]
+    _, _, nr = config["tile_n"]
+    kv = config["k_lanes"]
+    pairs = [(r, c) for r in range(mr) for c in range(nr)]
+    partial = Tile(mr * nr, kv, "l")  # rows: the MR x NR (row, column) pairs; lanes: KV reduction lanes
+    update = ["kk = kb + np.uint64(q * KV)",
+              "for r in range(MR):",
+              "    for c in range(NR):",
+              "        for l in range(KV):",
+              f"            {partial.at('(r * NR + c)', 'vacc')} += {ops.a('a_rows[r]', 'kk + np.uint64(l)')} * "
+              f"{ops.b('kk + np.uint64(l)', 'b_rows[c]')}"]
+    lines = [f"vacc = stack_array({partial.size}, out.dtype)  # MR x NR vectors of KV partial sums, in registers",
+             "for l in range(KV):"] + [f"    {partial.at(i, 'vacc')} = 0" for i in range(len(pairs))]
+    lines += ["k_vectors = kc // KV"] + unrolled_loop("q", "0", "k_vectors", config["unroll_k"], update)
+    lines += [f"acc = stack_array({mr * nr}, out.dtype)  # horizontal sums, then the K remainder",
+              "k_rest = k_vectors * KV"]
+    for i, (r, c) in enumerate(pairs):
+        lines += [
+            f"v = vacc[{i * kv}]",
+            "for l in range(1, KV):",
+            f"    v += vacc[{i * kv} + l]",
+            "for k in range(k_rest, kc):",
+            f"    v += {ops.a(f'a_rows[{r}]', 'kb + np.uint64(k)')} * {ops.b('kb + np.uint64(k)', f'b_rows[{c}]')}",
+            f"acc[{i}] = v",
+        ]
+    return lines + _store(ops, Tile(mr, nr, "c"))

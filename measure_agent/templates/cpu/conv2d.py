@@ -1,0 +1,408 @@
+"""2-D convolution on CPUs (NCHW and NHWC), via numba: a register-blocked direct convolution.
+
+The rendered kernel computes ``out[n, k, oh, ow] = sum_{c, r, s} x[n, c, oh*SH + r*DH - PH,
+ow*SW + s*DW - PW] * w[k, c, r, s]`` (NHWC: the same sums in the NHWC/HWIO layouts) as:
+
+    [pad]   copy x into a zero-padded buffer (only when the workload pads; one pass per call)
+    [pack]  copy w into KT-wide output-channel tiles, zero-padded: wp[k / KT, reduction position, KT]
+            ("NCHWc"-style weights; one pass per call, counted in the timing; needed to vectorise
+            over output channels in NCHW, optional otherwise)
+    for each work item (image n, KC-block of output channels, HB-block of output rows,
+                        WC-block of output columns), in parallel if asked
+      for each CB-block of input channels                                   (reduction tiling)
+        for the KT-channel tiles and the (row, WT-column) tiles of the item, in ``loop_order``
+          KT x WT register tile: accumulators in registers, reduced over the block's channels and
+          the R x S taps in ``reduction_order`` (channel loop unrolled ``unroll_c`` times), then
+          stored to out (added to it after the first channel block)
+
+The register tile is vectorised along one axis, ``vector_axis``:
+- ``k``: over output channels. A vector of KT packed weights is loaded once per (c, r, s) and each
+  of the WT input values is broadcast against it (the measured-best conv schedule on AVX2: 1.35x
+  over vectorising along the row). The input is read through a per-tile table of column offsets, so
+  an edge tile simply repeats its last column (stores are masked).
+- ``w``: over output columns (contiguous in NCHW). WT input values are loaded as a vector (one
+  load per tap with stride 1) and each of the KT weights is broadcast. An edge tile shifts left to
+  stay inside the row (split knobs never offer a tile longer than its axis); its stores are masked.
+
+Packing choice: the weights are repacked inside the kernel, on every call. A kernel keeps no
+state between calls and the engine times everything it does, so the pack is part of the measured
+cost: one read and one write of the weights, small next to the FMAs when each weight serves many
+outputs (56x56, 28x28 and 14x14 layers), not when it serves few (ResNet-50's 7x7 layers: 49). There
+the tuner can read the weights in place (``pack_weights = False`` with ``vector_axis = w``), and the
+default does for pointwise layers. A deployment that packs once ahead of time would gain the rest.
+
+Pointwise convolutions with unit stride and no padding view the output rows as one long row
+(``OH*OW`` columns) so that column tiles and blocks run across row ends. Remainders in every axis
+are handled (zero-padded weight tiles, clamped or shifted tiles, masked stores); correctness never
+depends on SLP vectorisation.
+"""
+
+from __future__ import annotations
+
+import math
+
+from measure_agent.device import DeviceInfo
+from measure_agent.space import BoolKnob, ChoiceKnob, Config, ConfigSpace, Constraint, SplitKnob
+from measure_agent.templates.base import KernelSource, Template
+from measure_agent.templates.cpu._common import (
+    PARALLEL_MIN_FLOPS,
+    BLOCK_TILES,
+    UNROLLS,
+    CpuSpace,
+    check_workload,
+    header,
+    indent,
+    kernel_head,
+    kernel_tail,
+    pick_choice,
+    pick_split,
+    pick_tile,
+    reduction_blocks,
+    Tile,
+    target_of,
+    unrolled_loop,
+    vector_target,
+)
+from measure_agent.templates.cpu._conv import ConvGeometry, Layout, pad_input
+from measure_agent.workload import Workload
+
+VECTOR_AXES = ("k", "w")
+REDUCTION_ORDERS = ("c_outer", "taps_outer")
+LOOP_ORDERS = ("k_outer", "spatial_outer")
+ROW_BLOCKS = (1, 2, 4, 8, 16, 32, 64)
+# Output-channel blocks are sized so that their packed weights stay in L2 (Zen 3: 512 KiB a core).
+WEIGHT_BLOCK_BYTES = 256 * 1024
+# Enough parallel work items to keep every core busy despite uneven items.
+ITEMS_PER_CORE = 4
+CORES_GUESS = 2
+
+
+def _tiles(config: Config) -> tuple[int, int]:
+    return config["tile_k"][-1], config["tile_w"][-1]
+
+
+class _Conv2dCpuTemplate(Template):
+    """Register-blocked direct conv2d for CPUs (float32 and float64).
+
+    Knobs:
+    - ``vector_axis``: ``k`` (vectorise over output channels, broadcast input values) or ``w``
+      (vectorise over output columns, broadcast weights).
+    - ``tile_k`` = (blocks, KC/KT, KT): KT output channels per register tile; KC per work item.
+    - ``tile_w`` = (blocks, WC/WT, WT): WT output columns per register tile; WC per work item.
+    - ``tile_h`` = (blocks, HB): HB output rows per work item.
+    - ``tile_c``: input channels per reduction block CB (``C``: no reduction blocking).
+    - ``reduction_order``: ``c_outer`` (for each input channel, the R x S taps) or ``taps_outer``
+      (for each tap, the input channels: contiguous input reads in NHWC).
+    - ``loop_order``: inside a work item, ``k_outer`` keeps one channel tile's weights hot while the
+      input streams past; ``spatial_outer`` keeps an input patch hot while the weights stream.
+    - ``unroll_c``: copies of the channel loop's body per iteration.
+    - ``pack_weights``: repack the weights into zero-padded KT-wide tiles at the start of each call.
+    - ``parallel``: run the work items on all cores (numba ``prange``).
+
+    KT, WT, the orders, unrolling, packing and parallel are compiled in; KC, WC, HB and CB are
+    runtime arguments (``conv2d(x, w, out, KC, HB, WC, CB)``).
+    """
+
+    target = "cpu"
+    version = "1"
+    layout: str
+
+    # -- space ------------------------------------------------------------------------------
+    def space(self, workload: Workload, device: DeviceInfo | None = None) -> ConfigSpace:
+        check_workload(self, workload)
+        g = ConvGeometry.of(workload)
+        vt = vector_target(device)
+        dtype = workload.dtype
+        knobs = [
+            ChoiceKnob("vector_axis", VECTOR_AXES),
+            SplitKnob("tile_k", g.K, (BLOCK_TILES, vt.axis_tiles(dtype, g.K))),
+            SplitKnob("tile_w", g.cols, (BLOCK_TILES, vt.axis_tiles(dtype, g.cols))),
+            SplitKnob("tile_h", g.rows, (ROW_BLOCKS,)),
+            ChoiceKnob("tile_c", reduction_blocks(g.C, 4)),
+            ChoiceKnob("reduction_order", REDUCTION_ORDERS),
+            ChoiceKnob("loop_order", LOOP_ORDERS),
+            ChoiceKnob("unroll_c", UNROLLS),
+            BoolKnob("pack_weights"),
+            BoolKnob("parallel"),
+        ]
+        constraints = [
+            Constraint(
+                ("vector_axis", "tile_k", "tile_w"),
+                lambda axis, tk, tw: (vt.vector_ok(tk[-1], tw[-1], dtype, g.K) if axis == "k"
+                                      else vt.vector_ok(tw[-1], tk[-1], dtype, g.cols)),
+                f"the vector-axis tile is a multiple of the vector ({vt.lanes(dtype)} lanes) or the whole "
+                f"axis, the other a broadcast tile, and the accumulators fit in {vt.max_accumulators} registers",
+            ),
+        ]
+        if self.layout == "nchw":
+            constraints.append(Constraint(
+                ("vector_axis", "pack_weights"),
+                lambda axis, pack: axis == "w" or pack,
+                "vectorising over output channels in NCHW needs packed weights (OIHW is strided along K)",
+            ))
+        return CpuSpace(knobs, constraints, vector=vt)
+
+    def default_config(self, workload: Workload, space: ConfigSpace) -> Config:
+        """Vectorised over output channels with packed weights: KT = two vectors (or less), WT the
+        column tile that fits the remaining accumulator registers and wastes least on the row's
+        last tile (AVX2 float32: 16 x 6 at 56 or 28 columns, 16 x 5 at 14, 12 accumulators); all
+        input channels in one reduction block; output-channel blocks whose packed weights fit in
+        L2; work items split over rows (or columns) until every core has several; with a stride,
+        each input patch is kept hot across the channel tiles (``spatial_outer``).
+
+        Pointwise layers with few outputs per weight (ResNet-50's 7x7 1x1 layers: 49) vectorise
+        over the (flattened) columns instead and read the weights in place: repacking megabytes of
+        weights each call would cost as much as the FMAs."""
+        g = ConvGeometry.of(workload)
+        vt = target_of(space)
+        dtype = workload.dtype
+        lanes = vt.lanes(dtype)
+        itemsize = 4 if dtype == "float32" else 8
+        few_outputs = g.flat and g.N * g.cols < 128 and g.cols >= 2 * lanes
+        if few_outputs:
+            axis, pack = "w", False
+            wt = 2 * lanes
+            kt = pick_choice([t for t in vt.broadcast_tiles if t <= g.K],
+                             vt.max_accumulators // vt.accumulator_vectors(1, wt, dtype))
+        else:
+            axis, pack = "k", True
+            kt = g.K if g.K <= 2 * lanes else 2 * lanes
+            wt = pick_tile(g.cols, vt.broadcast_tiles, vt.max_accumulators // vt.accumulator_vectors(1, kt, dtype))
+        kc_at_most = max(kt, WEIGHT_BLOCK_BYTES // (g.C * g.R * g.S * itemsize))
+        tile_k = pick_split(space.knob("tile_k"), kt, kc_at_most, inner_ok=lambda t: t == kt)
+        k_blocks = math.ceil(g.K / (tile_k[1] * kt))
+        # split each image's rows (or, for one long row, its columns) into enough work items
+        per_image = max(1, math.ceil(ITEMS_PER_CORE * CORES_GUESS / (g.N * k_blocks)))
+        tile_h = max((v for v in space.knob("tile_h").values if v[1] <= max(1, g.rows // per_image)),
+                     key=lambda v: v[1])
+        col_splits = max(1, math.ceil(per_image / math.ceil(g.rows / tile_h[1])))
+        tile_w = pick_split(space.knob("tile_w"), wt, max(wt, g.cols // col_splits), inner_ok=lambda t: t == wt)
+        strided = g.SH > 1 or g.SW > 1
+        return space.make({
+            "vector_axis": axis,
+            "tile_k": tile_k,
+            "tile_w": tile_w,
+            "tile_h": tile_h,
+            "tile_c": g.C,
+            "reduction_order": "taps_outer" if self.layout == "nhwc" else "c_outer",
+            "loop_order": "spatial_outer" if strided else "k_outer",
+            "unroll_c": 1,
+            "pack_weights": pack,
+            "parallel": workload.flops >= PARALLEL_MIN_FLOPS,
+        })
+
+    # -- rendering --------------------------------------------------------------------------
+    def render(self, workload: Workload, config: Config) -> KernelSource:
+        check_workload(self, workload)
+        g = ConvGeometry.of(workload)
+        kt, wt = _tiles(config)
+        text = _render(self, workload, config, g)
+        runtime_args = (config["tile_k"][1] * kt, config["tile_h"][1], config["tile_w"][1] * wt, config["tile_c"])
+        return KernelSource(text=text, entry="conv2d", runtime_args=runtime_args)
+
+
+class Conv2dNchwCpuTemplate(_Conv2dCpuTemplate):
+    __doc__ = _Conv2dCpuTemplate.__doc__
+    op = "conv2d_nchw"
+    layout = "nchw"
+
+
+class Conv2dNhwcCpuTemplate(_Conv2dCpuTemplate):
+    __doc__ = _Conv2dCpuTemplate.__doc__
+    op = "conv2d_nhwc"
+    layout = "nhwc"
+
+
+def _render(template: _Conv2dCpuTemplate, workload: Workload, config: Config, g: ConvGeometry) -> str:
+    kt, wt = _tiles(config)
+    axis = config["vector_axis"]
+    pack = config["pack_weights"]
+    parallel = config["parallel"]
+    order = config["reduction_order"]
+    lay = Layout(template.layout)
+    loop = "prange"  # always (see kernel_head); parallel=False runs it on one thread
+    lines = header(f"{workload.op}_cpu v{template.version}: direct convolution, register tile "
+                   f"{kt} output channels x {wt} output columns, vectorised over "
+                   f"{'output channels' if axis == 'k' else 'output columns'}",
+                   workload, config, "conv2d(x, w, out, KC, HB, WC, CB)",
+                   "KC = tile_k[1] * KT, HB = tile_h[1], WC = tile_w[1] * WT, CB = tile_c",
+                   ("tile_k", "tile_w", "tile_h", "tile_c"), parallel)
+    emit = lines.append
+    emit(f"KT = {kt}  # output channels per register tile")
+    emit(f"WT = {wt}  # output columns per register tile")
+    emit(f"R, S = {g.R}, {g.S}  # filter taps")
+    emit(f"SH, SW = {g.SH}, {g.SW}  # strides")
+    emit(f"DH, DW = {g.DH}, {g.DW}  # dilations")
+    emit(f"PH, PW = {g.PH}, {g.PW}  # padding")
+    emit("")
+    emit("")
+    lines += kernel_head("conv2d", "x, w, out, KC, HB, WC, CB", parallel)
+    body: list[str] = []
+    add = body.append
+    if lay.nchw:
+        add("N, C, H, W = x.shape")
+        add("K = w.shape[0]")
+        add("OH, OW = out.shape[2], out.shape[3]")
+    else:
+        add("N, H, W, C = x.shape")
+        add("K = w.shape[3]")
+        add("OH, OW = out.shape[1], out.shape[2]")
+    if g.flat:
+        add("# pointwise, unit stride, no padding: each image's output is one row of OH*OW columns")
+        if lay.nchw:
+            add("x = x.reshape((N, C, 1, H * W))")
+            add("out = out.reshape((N, K, 1, OH * OW))")
+        else:
+            add("x = x.reshape((N, 1, H * W, C))")
+            add("out = out.reshape((N, 1, OH * OW, K))")
+        add("OW = OH * OW")
+        add("OH = 1")
+    add("# cache blocks: whole register tiles, at least one")
+    add("KC = max(KT, KC - KC % KT)")
+    add("WC = max(WT, WC - WC % WT)")
+    add("HB, CB = max(HB, 1), max(CB, 1)")
+    body += pad_input(g, lay, loop, g.padded)
+    if pack:
+        body += _pack_weights(lay, order, loop)
+    body += _main_loop(g, lay, config, loop)
+    lines += indent(body, 4)
+    lines += kernel_tail("conv2d", "x, w, out, KC, HB, WC, CB", parallel)
+    emit("")
+    return "\n".join(lines)
+
+
+def _position(order: str) -> str:
+    """The reduction position of (c, r, s) in packed weights: contiguous in the reduction order."""
+    return "(c * R + r) * S + s" if order == "c_outer" else "(r * S + s) * C + c"
+
+
+def _pack_weights(lay: Layout, order: str, loop: str) -> list[str]:
+    return [
+        f"# weights packed into KT-wide output-channel tiles, zero-padded, in {order} reduction order:",
+        f"# wp[k // KT, {_position(order)}, k % KT] = weight (k, c, r, s)",
+        "wp = np.empty(((K + KT - 1) // KT, C * R * S, KT), dtype=w.dtype)",
+        f"for kt in {loop}((K + KT - 1) // KT):",
+        "    for c in range(C):",
+        "        for r in range(R):",
+        "            for s in range(S):",
+        f"                pos = {_position(order)}",
+        "                for kk in range(KT):",
+        "                    k = kt * KT + kk",
+        f"                    wp[kt, pos, kk] = {lay.w('k', 'c', 'r', 's')} if k < K else 0",
+    ]
+
+
+def _main_loop(g: ConvGeometry, lay: Layout, config: Config, loop: str) -> list[str]:
+    axis = config["vector_axis"]
+    pack = config["pack_weights"]
+    kt, wt = _tiles(config)
+    lines = [
+        "k_blocks = (K + KC - 1) // KC",
+        "h_blocks = (OH + HB - 1) // HB",
+        "w_blocks = (OW + WC - 1) // WC",
+        "# work items: (image, output-channel block, row block, column block)",
+        f"for item in {loop}(N * k_blocks * h_blocks * w_blocks):",
+        "    n = item // (k_blocks * h_blocks * w_blocks)",
+        "    k_blk = item // (h_blocks * w_blocks) % k_blocks",
+        "    h_blk = item // w_blocks % h_blocks",
+        "    w_blk = item % w_blocks",
+        "    k_lo, k_hi = k_blk * KC, min(K, k_blk * KC + KC)",
+        "    h_lo, h_hi = h_blk * HB, min(OH, h_blk * HB + HB)",
+        "    w_lo, w_hi = w_blk * WC, min(OW, w_blk * WC + WC)",
+        "    un = np.uint64(n)",
+        "    for c_lo in range(0, C, CB):  # reduction blocks",
+        "        c_hi = min(C, c_lo + CB)",
+    ]
+    k_setup = _k_tile_setup(axis, pack, kt)
+    w_setup = _w_tile_setup(axis, wt)
+    tile = _micro_tile(g, lay, config)
+    if config["loop_order"] == "k_outer":
+        nest = (["for k0 in range(k_lo, k_hi, KT):"] + indent(k_setup, 4)
+                + indent(["for oh in range(h_lo, h_hi):"], 4)
+                + indent(["uoh = np.uint64(oh)", "for w0 in range(w_lo, w_hi, WT):"], 8)
+                + indent(w_setup + tile, 12))
+    else:
+        nest = (["for oh in range(h_lo, h_hi):"]
+                + indent(["uoh = np.uint64(oh)", "for w0 in range(w_lo, w_hi, WT):"], 4)
+                + indent(w_setup, 8)
+                + indent(["for k0 in range(k_lo, k_hi, KT):"], 8)
+                + indent(k_setup + tile, 12))
+    return lines + indent(nest, 8)
+
+
+def _k_tile_setup(axis: str, pack: bool, kt: int) -> list[str]:
+    """The tile's output channels: k_base + kk for kk in [k_first, k_last)."""
+    if pack:
+        return ["ukt = np.uint64(k0 // KT)  # this tile's packed weights: wp[ukt] (zero-padded past K)",
+                "k_base, k_first, k_last = k0, 0, min(KT, k_hi - k0)"]
+    if axis == "k":  # NHWC, unpacked: a vector of KT weights from w[r, s, c, :]
+        return ["k_base = min(k0, K - KT)  # a partial last tile shifts down to stay inside K",
+                "k_first, k_last = k0 - k_base, min(k_hi, k_base + KT) - k_base",
+                "ukb = np.uint64(k_base)"]
+    return ["k_base, k_first, k_last = k0, 0, min(KT, k_hi - k0)",
+            f"krows = stack_array({kt}, np.uint64)  # a partial tile repeats its last channel",
+            "for kk in range(KT):",
+            "    krows[kk] = np.uint64(min(k0 + kk, K - 1))"]
+
+
+def _w_tile_setup(axis: str, wt: int) -> list[str]:
+    """The tile's output columns: col_base + j for j in [j_first, j_last)."""
+    if axis == "k":
+        return ["col_base, j_first, j_last = w0, 0, min(WT, w_hi - w0)",
+                f"cols = stack_array({wt}, np.uint64)  # input column of each output column (edge: repeats)",
+                "for j in range(WT):",
+                "    cols[j] = np.uint64(min(w0 + j, OW - 1) * SW)"]
+    return ["col_base = min(w0, OW - WT)  # a partial last tile shifts left to stay inside the row",
+            "j_first, j_last = w0 - col_base, min(w_hi, col_base + WT) - col_base",
+            "col0 = np.uint64(col_base * SW)"]
+
+
+def _micro_tile(g: ConvGeometry, lay: Layout, config: Config) -> list[str]:
+    axis = config["vector_axis"]
+    pack = config["pack_weights"]
+    order = config["reduction_order"]
+    kt, wt = _tiles(config)
+    row = "uih"  # the input row of the current tap, in padded coordinates
+    if axis == "k":  # rows: the WT columns (input values broadcast); lanes: the KT channels
+        tile = Tile(wt, kt, "kk")
+        w_vec = "wp[ukt, pos, kk]" if pack else lay.w("ukb + np.uint64(kk)", "uc", "ur", "us")
+        update = ["for j in range(WT):",
+                  f"    xv = {lay.x('un', 'uc', row, 'cols[j] + np.uint64(s * DW)')}",
+                  "    for kk in range(KT):",
+                  f"        {tile.at('j')} += xv * {w_vec}"]
+        store = tile.store(row="j", target=lambda b: lay.out("un", "np.uint64(k_base + kk)", "uoh",
+                                                              f"np.uint64(col_base + {b})"),
+                           whole="k_first == 0 and k_last == KT and j_first == 0 and j_last == WT",
+                           rows_edge="j_first, j_last", lanes_edge="k_first, k_last", first="c_lo == 0",
+                           contiguous=not lay.nchw)
+    else:  # rows: the KT channels (weights broadcast); lanes: the WT columns
+        tile = Tile(kt, wt, "j")
+        w_scalar = "wp[ukt, pos, kk]" if pack else lay.w("krows[kk]", "uc", "ur", "us")
+        update = ["for kk in range(KT):",
+                  f"    wv = {w_scalar}",
+                  "    for j in range(WT):",
+                  f"        {tile.at('kk')} += wv * {lay.x('un', 'uc', row, 'col0 + np.uint64(j * SW + s * DW)')}"]
+        store = tile.store(row="kk", target=lambda b: lay.out("un", f"np.uint64(k_base + {b})", "uoh",
+                                                               "np.uint64(col_base + j)"),
+                           whole="k_first == 0 and k_last == KT and j_first == 0 and j_last == WT",
+                           rows_edge="k_first, k_last", lanes_edge="j_first, j_last", first="c_lo == 0",
+                           contiguous=lay.nchw)
+    pos = [f"pos = np.uint64({_position(order)})"] if pack else []
+    channel = ["uc = np.uint64(c)"]
+    if order == "c_outer":
+        c_body = channel + [
+            "for r in range(R):",
+            "    uih, ur = np.uint64(oh * SH + r * DH), np.uint64(r)",
+            "    for s in range(S):",
+            "        us = np.uint64(s)",
+        ] + indent(pos + update, 8)
+        reduction = unrolled_loop("c", "c_lo", "c_hi", config["unroll_c"], c_body)
+    else:
+        c_body = channel + pos + update
+        reduction = [
+            "for r in range(R):",
+            "    uih, ur = np.uint64(oh * SH + r * DH), np.uint64(r)",
+            "    for s in range(S):",
+            "        us = np.uint64(s)",
+        ] + indent(unrolled_loop("c", "c_lo", "c_hi", config["unroll_c"], c_body), 8)
+    return tile.zero() + reduction + store

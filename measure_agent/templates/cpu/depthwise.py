@@ -1,0 +1,390 @@
+"""Depthwise 2-D convolution on CPUs (NCHW and NHWC), via numba, with direct border handling.
+
+Output channel ``o = c * M + m`` (M: the channel multiplier) is input channel ``c = o // M``
+convolved with its own R x S filter. The rendered kernel computes
+
+    [weights] wt[r, s, o]: NHWC weights [R, S, C, M] viewed as is; NCHW [C, M, R, S] transposed
+              into it (R*S*C*M elements, one pass per call)
+    [pad]     only with ``border = padded_copy``: a zero-padded copy of the input, once per call
+    for each work item (image n, OC-block of output channels, HB-block of output rows,
+                        WC-block of output columns), in parallel if asked
+      for the OT-channel tiles and the output rows of the item, in ``loop_order``
+        rows: the filter rows r that fall inside the input are computed per output row, so the
+              top and bottom borders cost nothing (no padded copy)
+        interior columns (all S taps inside the input): OT x WT register tiles, accumulators in
+              registers, the S taps of each filter row applied to one loaded input row segment
+        border columns (and, vectorising over columns, all columns when the interior is narrower
+              than WT): one column at a time with the taps clipped to the input
+
+The register tile is vectorised along ``vector_axis``:
+- ``w``: over output columns (contiguous in NCHW): WT input values per tap loaded as a vector, the
+  weight of each of the OT channels broadcast. A partial tile (at the end of a column block or of
+  the interior) shifts to stay inside the interior columns; stores are masked.
+- ``c``: over output channels (contiguous in NHWC with M = 1): OT weights and OT input values per
+  tap loaded as vectors, for each of WT columns. A partial last channel tile shifts down to stay
+  inside the channels; stores are masked.
+"""
+
+from __future__ import annotations
+
+import math
+
+from measure_agent.device import DeviceInfo
+from measure_agent.space import BoolKnob, ChoiceKnob, Config, ConfigSpace, Constraint, SplitKnob
+from measure_agent.templates.base import KernelSource, Template
+from measure_agent.templates.cpu._common import (
+    PARALLEL_MIN_FLOPS,
+    BLOCK_TILES,
+    UNROLLS,
+    CpuSpace,
+    check_workload,
+    header,
+    indent,
+    kernel_head,
+    kernel_tail,
+    pick_split,
+    pick_tile,
+    Tile,
+    target_of,
+    unrolled_loop,
+    vector_target,
+)
+from measure_agent.templates.cpu._conv import ConvGeometry, Layout, pad_input
+from measure_agent.workload import Workload
+
+VECTOR_AXES = ("w", "c")
+BORDERS = ("direct", "padded_copy")
+LOOP_ORDERS = ("channels_outer", "rows_outer")
+ROW_BLOCKS = (1, 2, 4, 8, 16, 32, 64)
+ITEMS_PER_CORE = 4
+CORES_GUESS = 2
+
+
+def _tiles(config: Config) -> tuple[int, int]:
+    return config["tile_c"][-1], config["tile_w"][-1]
+
+
+class _DepthwiseCpuTemplate(Template):
+    """Register-blocked depthwise conv2d for CPUs (float32 and float64), any channel multiplier.
+
+    Knobs:
+    - ``vector_axis``: ``w`` (vectorise over output columns, broadcast weights) or ``c``
+      (vectorise over output channels).
+    - ``tile_c`` = (blocks, OC/OT, OT): OT output channels per register tile; OC per work item.
+    - ``tile_w`` = (blocks, WC/WT, WT): WT output columns per register tile; WC per work item.
+    - ``tile_h`` = (blocks, HB): HB output rows per work item.
+    - ``border``: ``direct`` (clip the taps at the borders: no copy) or ``padded_copy`` (copy the
+      input into a zero-padded buffer each call, then every column is interior).
+    - ``loop_order``: inside a work item, ``channels_outer`` (plane by plane: NCHW's natural order)
+      or ``rows_outer`` (row by row across the channels: NHWC's).
+    - ``unroll_r``: copies of the filter-row loop's body per iteration.
+    - ``parallel``: run the work items on all cores (numba ``prange``).
+
+    OT, WT, border, orders, unrolling and parallel are compiled in; OC, HB and WC are runtime
+    arguments (``depthwise(x, w, out, OC, HB, WC)``).
+    """
+
+    target = "cpu"
+    version = "1"
+    layout: str
+
+    def space(self, workload: Workload, device: DeviceInfo | None = None) -> ConfigSpace:
+        check_workload(self, workload)
+        g = ConvGeometry.of(workload)
+        vt = vector_target(device)
+        dtype = workload.dtype
+        knobs = [
+            ChoiceKnob("vector_axis", VECTOR_AXES),
+            SplitKnob("tile_c", g.K, (BLOCK_TILES, vt.axis_tiles(dtype, g.K))),
+            SplitKnob("tile_w", g.OW, (BLOCK_TILES, vt.axis_tiles(dtype, g.OW))),
+            SplitKnob("tile_h", g.OH, (ROW_BLOCKS,)),
+            ChoiceKnob("border", BORDERS),
+            ChoiceKnob("loop_order", LOOP_ORDERS),
+            ChoiceKnob("unroll_r", UNROLLS),
+            BoolKnob("parallel"),
+        ]
+        constraints = [
+            Constraint(
+                ("vector_axis", "tile_c", "tile_w"),
+                lambda axis, tc, tw: (vt.vector_ok(tw[-1], tc[-1], dtype, g.OW) if axis == "w"
+                                      else vt.vector_ok(tc[-1], tw[-1], dtype, g.K)),
+                f"the vector-axis tile is a multiple of the vector ({vt.lanes(dtype)} lanes) or the whole "
+                f"axis, the other a broadcast tile, and the accumulators fit in {vt.max_accumulators} registers",
+            ),
+        ]
+        return CpuSpace(knobs, constraints, vector=vt)
+
+    def default_config(self, workload: Workload, space: ConfigSpace) -> Config:
+        """NCHW: vectorised over columns (WT = the whole row up to three vectors, else two vectors),
+        OT channels filling about eight accumulators, plane by plane, work items over channel
+        blocks; direct border handling, unless the rows are so narrow that fewer than WT columns
+        are interior (7x7 planes): then a padded copy. NHWC: vectorised over channels (OT = two
+        vectors or all channels), WT the column tile that fits the registers and wastes least on
+        the interior columns, row by row, work items over row blocks, direct border handling. No
+        unrolling; parallel from PARALLEL_MIN_FLOPS."""
+        g = ConvGeometry.of(workload)
+        vt = target_of(space)
+        dtype = workload.dtype
+        lanes = vt.lanes(dtype)
+        items = ITEMS_PER_CORE * CORES_GUESS
+        border = "direct"
+        if self.layout == "nchw":
+            axis, order = "w", "channels_outer"
+            wt = g.OW if g.OW <= 3 * lanes else 2 * lanes
+            interior = _interior_columns(g)
+            if interior < wt:  # narrow rows: tiles need every column interior, so copy with padding
+                border = "padded_copy"
+            ot = max(1, min(4, 8 // vt.accumulator_vectors(1, wt, dtype)))
+            ot = max(t for t in vt.broadcast_tiles if t <= max(ot, 1) and t <= g.K)
+            c_splits = max(1, math.ceil(items / g.N))
+            h_splits = 1
+        else:
+            axis, order = "c", "rows_outer"
+            ot = g.K if g.K <= 2 * lanes else 2 * lanes
+            wt = pick_tile(max(1, _interior_columns(g)), vt.broadcast_tiles,
+                           vt.max_accumulators // vt.accumulator_vectors(1, ot, dtype))
+            c_splits = 1
+            h_splits = max(1, math.ceil(items / g.N))
+        tile_c = pick_split(space.knob("tile_c"), ot, max(ot, g.K // c_splits), inner_ok=lambda t: t == ot)
+        tile_w = pick_split(space.knob("tile_w"), wt, g.OW, inner_ok=lambda t: t == wt)
+        if c_splits > 1:  # as many channel blocks as wanted; rows split too when channels run out
+            h_splits = max(1, math.ceil(c_splits / math.ceil(g.K / (tile_c[1] * ot))))
+        rows = max(1, g.OH // h_splits)
+        tile_h = max((v for v in space.knob("tile_h").values if v[1] <= rows), key=lambda v: v[1])
+        return space.make({
+            "vector_axis": axis,
+            "tile_c": tile_c,
+            "tile_w": tile_w,
+            "tile_h": tile_h,
+            "border": border,
+            "loop_order": order,
+            "unroll_r": 1,
+            "parallel": workload.flops >= PARALLEL_MIN_FLOPS,
+        })
+
+    def render(self, workload: Workload, config: Config) -> KernelSource:
+        check_workload(self, workload)
+        g = ConvGeometry.of(workload)
+        ot, wt = _tiles(config)
+        text = _render(self, workload, config, g)
+        return KernelSource(text=text, entry="depthwise",
+                            runtime_args=(config["tile_c"][1] * ot, config["tile_h"][1], config["tile_w"][1] * wt))
+
+
+def _interior_columns(g: ConvGeometry) -> int:
+    """Output columns whose S taps all fall inside the unpadded input (the kernel's ow_lo..ow_hi)."""
+    ow_lo = min(g.OW, -(-g.PW // g.SW))
+    ow_hi = max(ow_lo, min(g.OW, (g.W - 1 + g.PW - (g.S - 1) * g.DW) // g.SW + 1))
+    return ow_hi - ow_lo
+
+
+class DepthwiseConv2dNchwCpuTemplate(_DepthwiseCpuTemplate):
+    __doc__ = _DepthwiseCpuTemplate.__doc__
+    op = "depthwise_conv2d_nchw"
+    layout = "nchw"
+
+
+class DepthwiseConv2dNhwcCpuTemplate(_DepthwiseCpuTemplate):
+    __doc__ = _DepthwiseCpuTemplate.__doc__
+    op = "depthwise_conv2d_nhwc"
+    layout = "nhwc"
+
+
+# -- rendering -----------------------------------------------------------------------------------
+
+
+def _render(template: _DepthwiseCpuTemplate, workload: Workload, config: Config, g: ConvGeometry) -> str:
+    ot, wt = _tiles(config)
+    axis = config["vector_axis"]
+    parallel = config["parallel"]
+    padded = config["border"] == "padded_copy" and g.padded
+    lay = Layout(template.layout)
+    loop = "prange"  # always (see kernel_head); parallel=False runs it on one thread
+    multiplier = workload["multiplier"]
+    lines = header(f"{workload.op}_cpu v{template.version}: depthwise convolution, register tile "
+                   f"{ot} output channels x {wt} output columns, vectorised over "
+                   f"{'output columns' if axis == 'w' else 'output channels'}",
+                   workload, config, "depthwise(x, w, out, OC, HB, WC)",
+                   "OC = tile_c[1] * OT, HB = tile_h[1], WC = tile_w[1] * WT", ("tile_c", "tile_w", "tile_h"),
+                   parallel)
+    emit = lines.append
+    emit(f"OT = {ot}  # output channels per register tile")
+    emit(f"WT = {wt}  # output columns per register tile")
+    emit(f"M = {multiplier}  # channel multiplier: output channel o reads input channel o // M")
+    emit(f"R, S = {g.R}, {g.S}  # filter taps")
+    emit(f"SH, SW = {g.SH}, {g.SW}  # strides")
+    emit(f"DH, DW = {g.DH}, {g.DW}  # dilations")
+    emit(f"PH, PW = {g.PH}, {g.PW}  # padding")
+    emit("")
+    emit("")
+    lines += kernel_head("depthwise", "x, w, out, OC, HB, WC", parallel)
+    body: list[str] = []
+    add = body.append
+    if lay.nchw:
+        add("N, C, H, W = x.shape")
+        add("OH, OW = out.shape[2], out.shape[3]")
+    else:
+        add("N, H, W, C = x.shape")
+        add("OH, OW = out.shape[1], out.shape[2]")
+    add("O = C * M  # output channels")
+    add("# cache blocks: whole register tiles, at least one")
+    add("OC = max(OT, OC - OC % OT)")
+    add("WC = max(WT, WC - WC % WT)")
+    add("HB = max(HB, 1)")
+    if lay.nchw:
+        add("# weights as wt[r, s, o] (from [C, M, R, S])")
+        add("wt = np.empty((R, S, O), dtype=w.dtype)")
+        add("for o in range(O):")
+        add("    for r in range(R):")
+        add("        for s in range(S):")
+        add("            wt[r, s, o] = w[o // M, o % M, r, s]")
+    else:
+        add("wt = w.reshape((R, S, O))  # weights as wt[r, s, o] (a view of [R, S, C, M])")
+    if padded:
+        body += pad_input(g, lay, loop, True)
+        add("OFF_H, OFF_W, HX, WX = 0, 0, HP, WP  # tap (r, s) of output (oh, ow) reads xp[oh*SH + r*DH, ow*SW + s*DW]")
+    else:
+        add("xp = x  # direct border handling: taps outside the input are skipped, nothing is copied")
+        add("OFF_H, OFF_W, HX, WX = PH, PW, H, W  # tap (r, s) of output (oh, ow) reads x[oh*SH + r*DH - PH, ow*SW + s*DW - PW]")
+    add("# interior output columns [ow_lo, ow_hi): all S taps inside the input")
+    add("ow_lo = min(OW, (OFF_W + SW - 1) // SW)")
+    add("ow_hi = max(ow_lo, min(OW, (WX - 1 + OFF_W - (S - 1) * DW) // SW + 1))")
+    body += _main_loop(lay, config, loop, multiplier)
+    lines += indent(body, 4)
+    lines += kernel_tail("depthwise", "x, w, out, OC, HB, WC", parallel)
+    emit("")
+    return "\n".join(lines)
+
+
+def _main_loop(lay: Layout, config: Config, loop: str, multiplier: int) -> list[str]:
+    axis = config["vector_axis"]
+    ot, wt = _tiles(config)
+    lines = [
+        "o_blocks = (O + OC - 1) // OC",
+        "h_blocks = (OH + HB - 1) // HB",
+        "w_blocks = (OW + WC - 1) // WC",
+        "# work items: (image, channel block, row block, column block)",
+        f"for item in {loop}(N * o_blocks * h_blocks * w_blocks):",
+        "    n = item // (o_blocks * h_blocks * w_blocks)",
+        "    o_blk = item // (h_blocks * w_blocks) % o_blocks",
+        "    h_blk = item // w_blocks % h_blocks",
+        "    w_blk = item % w_blocks",
+        "    o_lo, o_hi = o_blk * OC, min(O, o_blk * OC + OC)",
+        "    h_lo, h_hi = h_blk * HB, min(OH, h_blk * HB + HB)",
+        "    w_lo, w_hi = w_blk * WC, min(OW, w_blk * WC + WC)",
+        "    un = np.uint64(n)",
+        "    # columns [a, t_end) by register tiles; [w_lo, a) and [t_end, w_hi) one at a time",
+        "    a = min(max(w_lo, ow_lo), w_hi)",
+        "    b = max(a, min(w_hi, ow_hi))",
+    ]
+    if axis == "w":
+        lines.append("    t_end = b if ow_hi - ow_lo >= WT else a  # an interior narrower than WT: column by column")
+    else:
+        lines.append("    t_end = b")
+    channel_setup = _channel_setup(axis, ot)
+    row_setup = [
+        "uoh = np.uint64(oh)",
+        "ih0 = oh * SH - OFF_H  # input row of filter row 0",
+        "r_lo = 0 if ih0 >= 0 else (DH - 1 - ih0) // DH  # filter rows inside the input",
+        "r_hi = min(R, (HX - 1 - ih0) // DH + 1)",
+    ]
+    columns = _tile_columns(lay, config, multiplier) + _single_columns(lay, config, multiplier)
+    if config["loop_order"] == "channels_outer":
+        nest = (["for o0 in range(o_lo, o_hi, OT):"] + indent(channel_setup, 4)
+                + indent(["for oh in range(h_lo, h_hi):"], 4) + indent(row_setup + columns, 8))
+    else:
+        nest = (["for oh in range(h_lo, h_hi):"] + indent(row_setup, 4)
+                + indent(["for o0 in range(o_lo, o_hi, OT):"], 4) + indent(channel_setup + columns, 8))
+    return lines + indent(nest, 4)
+
+
+def _channel_setup(axis: str, ot: int) -> list[str]:
+    """The tile's output channels o_base + oo for oo in [o_first, o_last)."""
+    if axis == "w":
+        lines = ["o_base, o_first, o_last = o0, 0, min(OT, o_hi - o0)",
+                 f"orow = stack_array({ot}, np.uint64)  # output channel of each tile row (edge: repeats)",
+                 f"crow = stack_array({ot}, np.uint64)  # its input channel",
+                 "for oo in range(OT):",
+                 "    orow[oo] = np.uint64(min(o0 + oo, O - 1))",
+                 "    crow[oo] = np.uint64(min(o0 + oo, O - 1) // M)"]
+        return lines
+    return ["o_base = min(o0, O - OT)  # a partial last tile shifts down to stay inside the channels",
+            "o_first, o_last = o0 - o_base, min(o_hi, o_base + OT) - o_base",
+            "uob = np.uint64(o_base)"]
+
+
+def _channel(axis: str, multiplier: int, oo: str = "oo") -> tuple[str, str]:
+    """(output channel, input channel) of tile channel ``oo`` (a variable or a literal)."""
+    if axis == "w":
+        return f"orow[{oo}]", f"crow[{oo}]"
+    out_channel = f"(uob + np.uint64({oo}))"
+    if multiplier == 1:
+        return out_channel, out_channel
+    return out_channel, f"{out_channel} // np.uint64(M)"
+
+
+def _tile_columns(lay: Layout, config: Config, multiplier: int) -> list[str]:
+    axis = config["vector_axis"]
+    ot, wt = _tiles(config)
+    if axis == "w":  # rows: the OT channels (weights broadcast); lanes: the WT columns
+        tile = Tile(ot, wt, "j")
+        setup = ["col_base = max(ow_lo, min(w0, ow_hi - WT))  # a partial tile shifts to stay in the interior",
+                 "j_first, j_last = w0 - col_base, min(t_end, col_base + WT) - col_base",
+                 "col0 = col_base * SW - OFF_W"]
+        o_chan, c_chan = _channel(axis, multiplier)
+        update = ["for oo in range(OT):",
+                  f"    wv = wt[ur, us, {o_chan}]",
+                  "    for j in range(WT):",
+                  f"        {tile.at('oo')} += wv * {lay.x('un', c_chan, 'uih', 'np.uint64(col0 + j * SW + s * DW)')}"]
+        store = tile.store(row="oo", target=lambda b: lay.out("un", f"np.uint64(o_base + {b})", "uoh",
+                                                               "np.uint64(col_base + j)"),
+                           whole="o_first == 0 and o_last == OT and j_first == 0 and j_last == WT",
+                           rows_edge="o_first, o_last", lanes_edge="j_first, j_last", first=None,
+                           contiguous=lay.nchw)
+    else:  # rows: the WT columns; lanes: the OT channels (weights and inputs both vectors)
+        tile = Tile(wt, ot, "oo")
+        o_chan, c_chan = _channel(axis, multiplier)
+        setup = ["col_base, j_last = w0, min(WT, t_end - w0)",
+                 f"cols = stack_array({wt}, np.uint64)  # input column of each tile column (edge: repeats)",
+                 "for j in range(WT):",
+                 "    cols[j] = np.uint64(min(w0 + j, t_end - 1) * SW - OFF_W)"]
+        update = ["for j in range(WT):",
+                  "    for oo in range(OT):",
+                  f"        {tile.at('j')} += wt[ur, us, {o_chan}] * {lay.x('un', c_chan, 'uih', 'cols[j] + np.uint64(s * DW)')}"]
+        store = tile.store(row="j", target=lambda b: lay.out("un", "np.uint64(o_base + oo)", "uoh",
+                                                              f"np.uint64(col_base + {b})"),
+                           whole="o_first == 0 and o_last == OT and j_last == WT",
+                           rows_edge="0, j_last", lanes_edge="o_first, o_last", first=None,
+                           contiguous=not lay.nchw)
+    reduction = unrolled_loop("r", "r_lo", "r_hi", config["unroll_r"], [
+        "uih, ur = np.uint64(ih0 + r * DH), np.uint64(r)",
+        "for s in range(S):  # the S taps of one filter row",
+        "    us = np.uint64(s)",
+    ] + indent(update, 4))
+    return (["for w0 in range(a, t_end, WT):  # interior columns: register tiles"]
+            + indent(setup + tile.zero() + reduction + store, 4))
+
+
+def _single_columns(lay: Layout, config: Config, multiplier: int) -> list[str]:
+    axis = config["vector_axis"]
+    ot, _ = _tiles(config)
+    o_chan, c_chan = _channel(axis, multiplier)
+    return [
+        "for part in range(2):  # border columns (and short runs): one at a time, taps clipped",
+        "    c_lo, c_hi = (w_lo, a) if part == 0 else (t_end, w_hi)",
+        "    for ow in range(c_lo, c_hi):",
+        "        iw0 = ow * SW - OFF_W  # input column of filter column 0",
+        "        s_lo = 0 if iw0 >= 0 else (DW - 1 - iw0) // DW",
+        "        s_hi = min(S, (WX - 1 - iw0) // DW + 1)",
+        f"        col = stack_array({ot}, out.dtype)",
+        "        for oo in range(OT):",
+        "            col[oo] = 0",
+        "        for r in range(r_lo, r_hi):",
+        "            uih, ur = np.uint64(ih0 + r * DH), np.uint64(r)",
+        "            for s in range(s_lo, s_hi):",
+        "                uiw, us = np.uint64(iw0 + s * DW), np.uint64(s)",
+        "                for oo in range(OT):",
+        f"                    col[oo] += wt[ur, us, {o_chan}] * {lay.x('un', c_chan, 'uih', 'uiw')}",
+        "        for oo in range(o_first, o_last):",
+        f"            {lay.out('un', 'np.uint64(o_base + oo)', 'uoh', 'np.uint64(ow)')} = col[oo]",
+    ]

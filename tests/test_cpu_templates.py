@@ -1,0 +1,368 @@
+"""The CPU operator templates (conv2d NCHW/NHWC, depthwise NCHW/NHWC, dense, batch_matmul).
+
+Every valid config must compute the operator's numpy reference for any sizes: random configs of
+each template on random small shapes (remainders everywhere, stride 2, padding, dilation, batch 2,
+channel multipliers, both dtypes), checked with the engine's own rigorous error bound. Each
+distinct kernel costs a numba compile (2-8 s), so the property tests take few examples, mostly
+serial configs (their wrapper is the only difference), and share the session's kernel cache; a
+few hand-picked configs make sure the rarer knob values (the other vector axis, padded copies,
+reduction blocking, unrolling, parallel) are compiled at least once.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from measure_agent.device import DeviceInfo
+from measure_agent.engine.build import compile_kernel, load_kernel
+from measure_agent.engine.checking import check_output, make_problem
+from measure_agent.space import Config, ConfigSpace
+from measure_agent.templates.catalog import default_catalog
+from measure_agent.templates.cpu import cpu_templates
+from measure_agent.templates.cpu._common import vector_target
+from measure_agent.workload import Workload, WorkloadError, make_workload, parse_workload
+
+TEMPLATES = {t.op: t for t in cpu_templates()}
+CONV_OPS = ("conv2d_nchw", "conv2d_nhwc")
+DEPTHWISE_OPS = ("depthwise_conv2d_nchw", "depthwise_conv2d_nhwc")
+
+AVX2 = DeviceInfo("x86_64", "AMD EPYC 7B13", 2, ("sse4_2", "avx", "avx2", "fma"))
+AVX512 = DeviceInfo("x86_64", "Intel Xeon", 8, ("sse4_2", "avx", "avx2", "fma", "avx512f"))
+NEON = DeviceInfo("aarch64", "ARM Cortex-A72", 4, ("neon", "asimd"))
+
+
+def check(workload: Workload, config: Config, cache_dir) -> None:
+    """Compile the config's kernel (into the session cache) and compare it with the reference; the
+    output starts as NaN, so an element the kernel never writes fails."""
+    template = TEMPLATES[workload.op]
+    source = template.render(workload, config)
+    kernel = load_kernel(source, cache_dir)
+    problem = make_problem(workload)
+    out = np.full(workload.spec.output_shape(workload.params), np.nan, dtype=workload.dtype)
+    args = (*problem.inputs, out, *source.runtime_args)
+    compile_kernel(kernel, args)
+    kernel(*args)
+    result = check_output(problem, out)
+    assert result.correct, f"{workload.key} {config}: max abs error {result.max_abs_error}"
+
+
+def serial(space: ConfigSpace, config: Config) -> Config:
+    """The same config with ``parallel=False`` (run on one thread: steadier on a busy CI host)."""
+    return space.make({**config.as_dict(), "parallel": False})
+
+
+def with_choices(workload: Workload, **choices) -> Config:
+    """The default config of ``workload`` with ``choices``; a split given as its inner factors
+    (``(tiles, tile)``) takes the split knob's value that ends with them."""
+    template = TEMPLATES[workload.op]
+    space = template.space(workload)
+    values = template.default_config(workload, space).as_dict()
+    for name, value in choices.items():
+        if isinstance(value, tuple):
+            matches = [v for v in space.knob(name).values if v[-len(value):] == value]
+            assert matches, f"{name} has no split ending in {value}"
+            value = matches[0]
+        values[name] = value
+    return space.make(values)
+
+
+# -- random small workloads ----------------------------------------------------------------------
+
+DTYPES = st.sampled_from(["float32", "float64"])
+
+
+@st.composite
+def conv_workloads(draw, op: str) -> Workload:
+    args = {
+        "N": draw(st.integers(1, 2)),
+        "C": draw(st.integers(1, 7)),
+        "H": draw(st.integers(1, 11)),
+        "W": draw(st.integers(1, 13)),
+        "R": draw(st.integers(1, 3)),
+        "S": draw(st.integers(1, 3)),
+        "stride_h": draw(st.integers(1, 2)),
+        "stride_w": draw(st.integers(1, 2)),
+        "pad_h": draw(st.integers(0, 2)),
+        "pad_w": draw(st.integers(0, 2)),
+        "dilation_h": draw(st.sampled_from([1, 1, 2])),
+        "dilation_w": draw(st.sampled_from([1, 1, 2])),
+        "dtype": draw(DTYPES),
+    }
+    if op in CONV_OPS:
+        args["K"] = draw(st.integers(1, 37))
+    else:
+        args["multiplier"] = draw(st.sampled_from([1, 1, 2, 3]))
+    try:
+        return make_workload(op, args)
+    except WorkloadError:  # the window does not fit the padded input
+        assume(False)
+        raise
+
+
+@st.composite
+def gemm_workloads(draw, op: str) -> Workload:
+    args = {"M": draw(st.integers(1, 30)), "N": draw(st.integers(1, 45)), "K": draw(st.integers(1, 45)),
+            "dtype": draw(DTYPES)}
+    if op == "batch_matmul":
+        args["B"] = draw(st.integers(1, 3))
+    return make_workload(op, args)
+
+
+def workloads(op: str):
+    return conv_workloads(op) if op in CONV_OPS + DEPTHWISE_OPS else gemm_workloads(op)
+
+
+# -- every valid config computes the reference ---------------------------------------------------
+
+
+@pytest.mark.parametrize("op", sorted(TEMPLATES))
+def test_random_serial_configs_compute_the_reference(kernel_cache_dir, op):
+    @settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                     HealthCheck.filter_too_much])
+    @given(workload=workloads(op), seed=st.integers(0, 2**32 - 1))
+    def run(workload, seed):
+        space = TEMPLATES[op].space(workload)
+        config = serial(space, space.sample(np.random.default_rng(seed))[0])
+        check(workload, config, kernel_cache_dir)
+
+    run()
+
+
+# One parallel config per template, and hand-picked serial ones for the knob values that random
+# sampling with few examples may miss. Shapes have remainders in every tiled axis.
+HAND_PICKED = [
+    # conv: vectorised over output channels, parallel, reduction blocks, unrolled
+    ("conv2d_nchw(N=2,C=9,H=9,W=11,K=19,R=3,S=3,stride=2,pad=1)",
+     dict(vector_axis="k", tile_k=(1, 8), tile_w=(2, 3), tile_h=(2,), tile_c=8, unroll_c=2, parallel=True)),
+    # conv: vectorised over output columns, weights in place, taps outer, spatial-outer order
+    ("conv2d_nchw(N=1,C=3,H=8,W=13,K=7,R=2,S=3,pad_h=2,pad_w=1,dilation_w=2,dtype=float64)",
+     dict(vector_axis="w", tile_k=(1, 3), tile_w=(2, 4), reduction_order="taps_outer",
+          loop_order="spatial_outer", pack_weights=False, parallel=False)),
+    # conv NHWC: pointwise (one long row per image), unpacked weights vectorised over K
+    ("conv2d_nhwc(N=2,C=6,H=5,W=7,K=21,R=1,S=1)",
+     dict(vector_axis="k", tile_k=(1, 8), tile_w=(4, 5), pack_weights=False, unroll_c=4, parallel=True)),
+    ("conv2d_nhwc(N=1,C=10,H=7,W=9,K=5,R=3,S=2,stride_h=2,pad=1,dilation_h=2,dtype=float64)",
+     dict(vector_axis="w", tile_k=(1, 2), tile_w=(1, 4), tile_c=4, reduction_order="c_outer",
+          pack_weights=True, parallel=False)),
+    # depthwise: both vector axes, multiplier, direct borders and padded copies, one parallel each
+    ("depthwise_conv2d_nchw(N=2,C=5,H=12,W=19,R=3,S=3,pad=1,multiplier=2)",
+     dict(vector_axis="w", tile_c=(1, 3), tile_w=(2, 8), tile_h=(4,), unroll_r=2, parallel=True)),
+    ("depthwise_conv2d_nchw(N=1,C=6,H=7,W=8,R=3,S=2,stride=2,pad=2,dilation_h=2,dtype=float64)",
+     dict(vector_axis="c", tile_c=(1, 4), tile_w=(1, 2), border="padded_copy", loop_order="rows_outer",
+          parallel=False)),
+    ("depthwise_conv2d_nhwc(N=2,C=11,H=9,W=10,R=3,S=3,stride=2,pad=1,multiplier=3)",
+     dict(vector_axis="c", tile_c=(2, 8), tile_w=(1, 3), tile_h=(2,), parallel=True)),
+    ("depthwise_conv2d_nhwc(N=1,C=5,H=10,W=17,R=2,S=3,pad_w=2,dilation_w=2)",
+     dict(vector_axis="w", tile_c=(1, 2), tile_w=(1, 8), border="padded_copy", unroll_r=4, parallel=False)),
+    # dense: reduction-vectorised (two vectors of lanes, K blocked, unrolled) and column-vectorised
+    ("dense(M=3,N=29,K=43)",
+     dict(vector_axis="k", tile_m=(1, 2), tile_n=(2, 3), kc=16, k_lanes=16, unroll_k=2, parallel=True)),
+    ("dense(M=13,N=21,K=19,dtype=float64)",
+     dict(vector_axis="n", tile_m=(2, 4), tile_n=(1, 8), kc=16, pack_a=True, loop_order="m_outer",
+          unroll_k=4, parallel=False)),
+    # batch_matmul: packed and unpacked B, one parallel
+    ("batch_matmul(B=3,M=11,N=37,K=21)",
+     dict(tile_m=(2, 3), tile_n=(1, 16), kc=16, pack_a=True, pack_b=False, unroll_k=2, parallel=True)),
+    ("batch_matmul(B=2,M=7,N=10,K=5,dtype=float64)",
+     dict(tile_m=(1, 4), tile_n=(1, 4), loop_order="m_outer", pack_b=True, parallel=False)),
+]
+
+
+@pytest.mark.parametrize("workload_text, choices", HAND_PICKED,
+                         ids=[f"{i}-{w.split('(')[0]}" for i, (w, _) in enumerate(HAND_PICKED)])
+def test_hand_picked_configs_compute_the_reference(kernel_cache_dir, workload_text, choices):
+    workload = parse_workload(workload_text)
+    check(workload, with_choices(workload, **choices), kernel_cache_dir)
+
+
+def test_hand_picked_configs_cover_each_template_both_ways():
+    picked: dict[str, list[Config]] = {}
+    for text, choices in HAND_PICKED:
+        workload = parse_workload(text)
+        picked.setdefault(workload.op, []).append(with_choices(workload, **choices))
+    assert set(picked) == set(TEMPLATES)
+    for op, configs in picked.items():
+        assert {c["parallel"] for c in configs} == {False, True}, op
+        if op != "batch_matmul":
+            assert len({c["vector_axis"] for c in configs}) == 2, op
+    assert {c["border"] for op in DEPTHWISE_OPS for c in picked[op]} == {"direct", "padded_copy"}
+
+
+def test_cache_blocks_are_runtime_arguments(kernel_cache_dir):
+    """Configs differing only in cache blocks render one kernel text; every blocking is correct."""
+    workload = parse_workload("conv2d_nchw(N=1,C=9,H=6,W=14,K=20,R=3,S=3,pad=1)")
+    blockings = [dict(tile_k=(1, 8), tile_w=(1, 4), tile_h=(1,), tile_c=8),
+                 dict(tile_k=(2, 8), tile_w=(2, 4), tile_h=(4,), tile_c=9)]
+    configs = [with_choices(workload, vector_axis="k", parallel=False, **b) for b in blockings]
+    sources = [TEMPLATES[workload.op].render(workload, c) for c in configs]
+    assert len({s.text for s in sources}) == 1
+    assert len({s.runtime_args for s in sources}) == 2
+    for config in configs:
+        check(workload, config, kernel_cache_dir)
+
+
+# -- spaces and defaults -------------------------------------------------------------------------
+
+# The benchmark's layers (bench/ops_cpu.py) and awkward small ones.
+DEFAULT_WORKLOADS = [
+    "conv2d_nchw(N=1,C=256,H=56,W=56,K=64,R=1,S=1)",
+    "conv2d_nchw(N=1,C=64,H=56,W=56,K=64,R=3,S=3,pad=1)",
+    "conv2d_nhwc(N=1,C=256,H=14,W=14,K=256,R=3,S=3,pad=1)",
+    "conv2d_nchw(N=1,C=2048,H=7,W=7,K=512,R=1,S=1)",
+    "conv2d_nchw(N=2,C=3,H=5,W=4,K=2,R=3,S=3,stride=2,pad=2,dtype=float64)",
+    "depthwise_conv2d_nchw(N=1,C=32,H=112,W=112,R=3,S=3,pad=1)",
+    "depthwise_conv2d_nhwc(N=1,C=144,H=56,W=56,R=3,S=3,stride=2,pad=1)",
+    "depthwise_conv2d_nchw(N=1,C=960,H=7,W=7,R=3,S=3,pad=1)",
+    "depthwise_conv2d_nhwc(N=1,C=1,H=2,W=3,R=1,S=1,multiplier=3,dtype=float64)",
+    "dense(M=1,N=1000,K=2048)",
+    "dense(M=64,N=3,K=1,dtype=float64)",
+    "batch_matmul(B=12,M=128,N=128,K=64)",
+    "batch_matmul(B=1,M=1,N=1,K=1)",
+]
+
+
+@pytest.mark.parametrize("text", DEFAULT_WORKLOADS)
+def test_default_config_is_valid_and_explicit(text):
+    workload = parse_workload(text)
+    template = TEMPLATES[workload.op]
+    for device in (None, AVX2, AVX512, NEON):
+        space = template.space(workload, device)
+        config = template.default_config(workload, space)
+        assert space.is_valid(config)
+        assert config == template.default_config(workload, template.space(workload, device))  # deterministic
+
+
+def test_defaults_follow_the_measured_schedules():
+    conv = parse_workload("conv2d_nchw(N=1,C=64,H=56,W=56,K=64,R=3,S=3,pad=1)")
+    config = TEMPLATES["conv2d_nchw"].default_config(conv, TEMPLATES["conv2d_nchw"].space(conv, AVX2))
+    assert config["vector_axis"] == "k" and config["pack_weights"] and config["parallel"]
+    assert (config["tile_k"][-1], config["tile_w"][-1]) == (16, 6)  # 12 accumulator vectors
+    assert config["tile_c"] == 64  # no reduction blocking
+    pointwise = parse_workload("conv2d_nchw(N=1,C=256,H=56,W=56,K=64,R=1,S=1)")
+    space = TEMPLATES["conv2d_nchw"].space(pointwise)
+    assert space.knob("tile_h").extent == 1 and space.knob("tile_w").extent == 56 * 56  # one long row
+    depthwise = parse_workload("depthwise_conv2d_nchw(N=1,C=32,H=112,W=112,R=3,S=3,pad=1)")
+    config = TEMPLATES[depthwise.op].default_config(depthwise, TEMPLATES[depthwise.op].space(depthwise))
+    assert config["vector_axis"] == "w" and config["border"] == "direct"
+    depthwise = parse_workload("depthwise_conv2d_nhwc(N=1,C=960,H=7,W=7,R=3,S=3,pad=1)")
+    config = TEMPLATES[depthwise.op].default_config(depthwise, TEMPLATES[depthwise.op].space(depthwise))
+    assert config["vector_axis"] == "c" and config["tile_c"][-1] == 16
+    gemv = parse_workload("dense(M=1,N=1000,K=2048)")
+    config = TEMPLATES["dense"].default_config(gemv, TEMPLATES["dense"].space(gemv))
+    assert config["vector_axis"] == "k"  # W read once, in place
+
+
+@pytest.mark.parametrize("op", sorted(TEMPLATES))
+def test_register_tiles_fit_and_vector_tiles_are_whole_vectors(op):
+    text = {"conv2d_nchw": "conv2d_nchw(N=1,C=8,H=20,W=70,K=96,R=3,S=3)",  # axes wider than 4 vectors
+            "conv2d_nhwc": "conv2d_nhwc(N=1,C=8,H=20,W=70,K=96,R=3,S=3)",
+            "depthwise_conv2d_nchw": "depthwise_conv2d_nchw(N=1,C=96,H=20,W=70,R=3,S=3)",
+            "depthwise_conv2d_nhwc": "depthwise_conv2d_nhwc(N=1,C=96,H=20,W=70,R=3,S=3)",
+            "dense": "dense(M=40,N=96,K=40)",
+            "batch_matmul": "batch_matmul(B=2,M=40,N=96,K=40)"}[op]
+    workload = parse_workload(text)
+    axes = {"conv2d_nchw": ("tile_k", "tile_w"), "conv2d_nhwc": ("tile_k", "tile_w"),
+            "depthwise_conv2d_nchw": ("tile_c", "tile_w"), "depthwise_conv2d_nhwc": ("tile_c", "tile_w"),
+            "dense": ("tile_n", "tile_m"), "batch_matmul": ("tile_n", "tile_m")}[op]
+    for device, lanes, budget in ((AVX2, 8, 12), (AVX512, 16, 24), (NEON, 4, 24)):
+        space = TEMPLATES[op].space(workload, device)
+        for config in space.sample(np.random.default_rng(0), 200):
+            axis = config.get("vector_axis", "n")
+            if op == "dense" and axis == "k":
+                assert config["tile_m"][-1] * config["tile_n"][-1] * config["k_lanes"] // lanes <= budget
+                continue
+            first, second = (config[a][-1] for a in axes)
+            channel_axis = axis in ("k", "c", "n")
+            vector, broadcast = (first, second) if channel_axis else (second, first)
+            assert vector % (lanes // 2) == 0, config  # half a vector or whole vectors (axes are wide)
+            assert broadcast * -(-vector // lanes) <= budget, config
+
+
+def test_space_adapts_to_the_device_isa():
+    workload = parse_workload("conv2d_nchw(N=1,C=64,H=56,W=56,K=128,R=3,S=3,pad=1)")
+    template = TEMPLATES["conv2d_nchw"]
+
+    def vector_tiles(device):
+        space = template.space(workload, device)
+        return {c["tile_k"][-1] for c in space.sample(np.random.default_rng(1), 2000) if c["vector_axis"] == "k"}
+
+    avx2, avx512, neon = vector_tiles(AVX2), vector_tiles(AVX512), vector_tiles(NEON)
+    assert max(avx2) == 32 and max(avx512) == 64 and max(neon) == 16  # up to four vectors
+    assert 48 in avx512 and 48 not in avx2 and 12 in neon and 12 not in avx2
+    assert template.space(workload).size == template.space(workload, AVX2).size  # no device: AVX2-like
+    # the default's tile follows the vector width: two vectors of channels
+    assert template.default_config(workload, template.space(workload, AVX512))["tile_k"][-1] == 32
+    assert template.default_config(workload, template.space(workload, NEON))["tile_k"][-1] == 8
+    # dense offers one or two vectors of reduction lanes
+    dense = parse_workload("dense(M=1,N=1000,K=2048)")
+    assert TEMPLATES["dense"].space(dense, AVX512).knob("k_lanes").values == (16, 32)
+    assert TEMPLATES["dense"].space(dense, AVX2).knob("k_lanes").values == (8, 16)
+    assert vector_target(AVX512).lanes("float64") == 8
+    # the catalog passes the device through
+    catalog_space = default_catalog().space(workload, "cpu", AVX512)
+    assert catalog_space.knob("tile_k").values == template.space(workload, AVX512).knob("tile_k").values
+
+
+def test_tiles_never_exceed_narrow_axes_and_small_spaces_are_not_empty():
+    for text in ("conv2d_nchw(N=1,C=1,H=1,W=1,K=1,R=1,S=1)", "conv2d_nhwc(N=1,C=2,H=3,W=3,K=3,R=3,S=3)",
+                 "depthwise_conv2d_nchw(N=1,C=1,H=1,W=2,R=1,S=2)", "dense(M=1,N=1,K=1)",
+                 "batch_matmul(B=1,M=1,N=2,K=1,dtype=float64)"):
+        workload = parse_workload(text)
+        space = TEMPLATES[workload.op].space(workload)
+        assert space.size > 0
+        for config in space.sample(np.random.default_rng(0), 50):
+            for name in ("tile_k", "tile_c", "tile_w", "tile_n", "tile_m"):
+                if name in space.knob_names and isinstance(config[name], tuple):
+                    assert config[name][-1] <= max(space.knob(name).extent, 1), (text, config)
+
+
+# -- rendering -----------------------------------------------------------------------------------
+
+
+REGISTER_TILES = {
+    "conv2d_nchw": {"tile_k": "KT", "tile_w": "WT"},
+    "conv2d_nhwc": {"tile_k": "KT", "tile_w": "WT"},
+    "depthwise_conv2d_nchw": {"tile_c": "OT", "tile_w": "WT"},
+    "depthwise_conv2d_nhwc": {"tile_c": "OT", "tile_w": "WT"},
+    "dense": {"tile_m": "MR", "tile_n": "NR"},
+    "batch_matmul": {"tile_m": "MR", "tile_n": "NR"},
+}
+
+
+@pytest.mark.parametrize("text", DEFAULT_WORKLOADS[:4] + DEFAULT_WORKLOADS[5:8] + DEFAULT_WORKLOADS[9:12])
+def test_rendered_kernel_is_readable_and_names_workload_and_config(text):
+    workload = parse_workload(text)
+    template = TEMPLATES[workload.op]
+    space = template.space(workload)
+    config = space.sample(np.random.default_rng(7))[0]
+    source = template.render(workload, config)
+    header = "\n".join(line for line in source.text.splitlines() if line.startswith("#"))
+    assert f"tunefleet {workload.op}_cpu v{template.version}" in header
+    assert workload.key in header
+    for name, value in config.items:
+        if name in REGISTER_TILES[workload.op]:  # a cache block (runtime) and a register tile (constant)
+            assert f"\n{REGISTER_TILES[workload.op][name]} = {value[-1]}  #" in source.text, name
+            assert name in header
+        elif name not in ("tile_c", "tile_h", "kc"):  # blocks only: runtime arguments
+            assert f"{name}={value}" in header, name
+    assert f"def {source.entry}(" in source.text
+    assert "'reassoc'" not in source.text and "fastmath=True" not in source.text
+    assert "prange(" in source.text  # the loop nest always compiles as numba parallel code ...
+    assert ("set_num_threads(1)" in source.text) == (not config["parallel"])  # ... on one thread unless parallel
+    assert all(isinstance(a, int) and a > 0 for a in source.runtime_args)
+    imports = {line for line in source.text.splitlines() if line.startswith(("import ", "from "))}
+    assert imports <= {"import numpy as np", "from numba import njit, prange",
+                       "from numba import get_num_threads, njit, prange, set_num_threads",
+                       "from measure_agent.templates.cpu_stack import stack_array"}
+    compile(source.text, "<kernel>", "exec")
+
+
+def test_catalog_has_every_cpu_template():
+    catalog = default_catalog()
+    for op in ("conv2d_nchw", "conv2d_nhwc", "depthwise_conv2d_nchw", "depthwise_conv2d_nhwc", "dense",
+               "batch_matmul"):
+        template = catalog.get(op, "cpu")
+        assert template is not None and template.target == "cpu" and template.version == "1"
