@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from measure_agent.space import ChoiceKnob, ConfigSpace, Constraint
-from tuner.search import STRATEGIES, Observation, make_strategy
+from tuner.search import DEFAULT_STRATEGY, STRATEGIES, Observation, make_strategy
 
 
 def synthetic_space():
@@ -69,21 +69,109 @@ def test_history_is_never_proposed_again():
         assert not {c.digest for c in proposed} & {c.digest for c in history}
 
 
-def test_same_seed_same_proposals():
-    a = make_strategy("xgb", synthetic_space(), seed=9).propose(10)
-    b = make_strategy("xgb", synthetic_space(), seed=9).propose(10)
-    assert a == b
+def trajectory(name, seed, budget=48, batch=8, space=None, cost=cost):
+    space = space or synthetic_space()
+    strategy = make_strategy(name, space, seed=seed)
+    proposed = []
+    while len(proposed) < budget:
+        configs = strategy.propose(batch)
+        if not configs:
+            break
+        proposed += configs
+        strategy.observe([Observation(c, cost(c)) for c in configs])
+    return proposed
 
 
-def test_xgb_beats_random_on_a_structured_objective():
+@pytest.mark.parametrize("name", sorted(STRATEGIES))
+def test_same_seed_same_proposals(name):
+    assert trajectory(name, 9) == trajectory(name, 9)
+    if name != "grid":
+        assert trajectory(name, 9) != trajectory(name, 10)
+
+
+def test_strategy_names_and_default_alias():
+    assert {"random", "grid", "ga", "sa", "xgb", "default"} <= set(STRATEGIES)
+    assert DEFAULT_STRATEGY == "default"
+    assert STRATEGIES["default"] in {STRATEGIES[n] for n in ("random", "grid", "ga", "sa", "xgb")}
+
+
+@pytest.mark.parametrize("name", sorted(STRATEGIES))
+def test_history_from_a_resumed_job_is_never_proposed_again_after_many_batches(name):
+    space = synthetic_space()
+    history = space.sample(np.random.default_rng(3), 60)
+    strategy = make_strategy(name, space, seed=4)
+    strategy.observe([Observation(c, cost(c)) for c in history])
+    seen = {c.digest for c in history}
+    for _ in range(8):
+        batch = strategy.propose(8)
+        assert len(batch) == 8
+        digests = {c.digest for c in batch}
+        assert len(digests) == 8 and not digests & seen
+        seen |= digests
+        strategy.observe([Observation(c, cost(c)) for c in batch])
+
+
+@pytest.mark.parametrize("name", sorted(STRATEGIES))
+def test_a_small_space_is_exhausted_without_repeats(name):
+    space = ConfigSpace([ChoiceKnob("a", (1, 2, 3)), ChoiceKnob("b", (1, 2, 4, 8))],
+                        [Constraint(("a", "b"), lambda a, b: a * b != 8, "a * b != 8")])
+    strategy = make_strategy(name, space, seed=0)
+    seen = []
+    while batch := strategy.propose(4):
+        seen += batch
+        strategy.observe([Observation(c, float(c["a"] + c["b"])) for c in batch])
+    assert len(seen) == len({c.digest for c in seen}) == space.size == 10
+
+
+@pytest.mark.parametrize("name", sorted(STRATEGIES))
+def test_strategies_work_on_a_space_of_billions(name):
+    knobs = [ChoiceKnob(f"k{i}", tuple(range(10))) for i in range(10)]
+    space = ConfigSpace(knobs, [Constraint(("k0", "k1"), lambda a, b: a + b <= 12, "k0 + k1 <= 12"),
+                                Constraint(("k2", "k3", "k4"), lambda a, b, c: a != b or c == 0, "k2 != k3 or k4 == 0")])
+    assert space.size > 10**9
+    configs = trajectory(name, 1, budget=40, space=space, cost=lambda c: 1.0 + sum((c[f"k{i}"] - 4) ** 2 for i in range(10)))
+    assert len(configs) == len({c.digest for c in configs}) == 40
+    assert all(space.is_valid(c) for c in configs)
+
+
+@pytest.mark.parametrize("name", ["xgb", "default", "ga"])
+def test_guided_search_beats_random_on_a_structured_objective(name):
     seeds = range(6)
-    xgb = np.mean([run("xgb", 60, s)[0] for s in seeds])
+    found = np.mean([run(name, 60, s)[0] for s in seeds])
     rnd = np.mean([run("random", 60, s)[0] for s in seeds])
     optimum = 1.0
-    assert xgb < rnd
-    assert xgb - optimum < 0.5 * (rnd - optimum)
+    assert found < rnd
+    if name != "ga":
+        assert found - optimum < 0.5 * (rnd - optimum)
+
+
+def test_regression_objective_also_searches():
+    space = synthetic_space()
+    strategy = make_strategy("xgb", space, seed=0, objective="reg:squarederror")
+    assert strategy.model.objective == "reg:squarederror"
+    best = float("inf")
+    for _ in range(8):
+        batch = strategy.propose(8)
+        strategy.observe([Observation(c, cost(c)) for c in batch])
+        best = min([best] + [cost(c) for c in batch if cost(c) is not None])
+    assert best < 10
 
 
 def test_unknown_strategy_is_refused():
     with pytest.raises(ValueError, match="unknown strategy 'magic'"):
         make_strategy("magic", synthetic_space())
+
+
+@pytest.mark.parametrize("name", sorted(STRATEGIES))
+def test_a_config_claimed_by_the_caller_is_never_proposed(name):
+    space = ConfigSpace([ChoiceKnob("a", (1, 2, 3)), ChoiceKnob("b", (1, 2, 4))])
+    strategy = make_strategy(name, space, seed=0)
+    default = space.make({"a": 2, "b": 2})
+    assert strategy.claim(default) and not strategy.claim(default)
+    proposed = []
+    while batch := strategy.propose(3):
+        assert len(batch) == 3 or len(proposed) + len(batch) == space.size - 1
+        proposed += batch
+        strategy.observe([Observation(c, float(c["a"] * c["b"])) for c in batch])
+    assert default.digest not in {c.digest for c in proposed}
+    assert len(proposed) == len({c.digest for c in proposed}) == space.size - 1

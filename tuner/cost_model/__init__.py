@@ -1,6 +1,6 @@
 """Cost models: learn from measured configs which ones are likely fast."""
 
-from tuner.cost_model.features import config_features
-from tuner.cost_model.xgb_model import XGBCostModel
+from tuner.cost_model.features import FeatureProvider, Featurizer, config_features
+from tuner.cost_model.xgb_model import OBJECTIVES, XGBCostModel
 
-__all__ = ["XGBCostModel", "config_features"]
+__all__ = ["OBJECTIVES", "FeatureProvider", "Featurizer", "XGBCostModel", "config_features"]

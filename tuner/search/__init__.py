@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import inspect
+from typing import Any
+
 from measure_agent.space import ConfigSpace
-from tuner.search.base import Observation, SearchStrategy
+from tuner.cost_model import FeatureProvider
+from tuner.search.annealing import AnnealingSearch
+from tuner.search.base import Observation, PriorObservation, SearchStrategy
+from tuner.search.evolutionary import GeneticSearch
 from tuner.search.grid_search import GridSearch
 from tuner.search.model_based import XGBSearch
 from tuner.search.random_search import RandomSearch
@@ -11,19 +17,34 @@ from tuner.search.random_search import RandomSearch
 STRATEGIES: dict[str, type[SearchStrategy]] = {
     "random": RandomSearch,
     "grid": GridSearch,
+    "ga": GeneticSearch,
+    "sa": AnnealingSearch,
     "xgb": XGBSearch,
 }
-DEFAULT_STRATEGY = "xgb"
+# ``default`` is an alias of the strategy that did best on the replayed spaces (bench/strategies.py).
+DEFAULT_ALIAS = "xgb"
+STRATEGIES["default"] = STRATEGIES[DEFAULT_ALIAS]
+DEFAULT_STRATEGY = "default"
 
 
-def make_strategy(name: str, space: ConfigSpace, seed: int = 0) -> SearchStrategy:
-    """The strategy called ``name`` (one of :data:`STRATEGIES`)."""
+def make_strategy(name: str, space: ConfigSpace, seed: int = 0, **context: Any) -> SearchStrategy:
+    """The strategy called ``name`` (one of :data:`STRATEGIES`).
+
+    ``context`` holds optional keywords (``workload``, ``features``: a template, used when it
+    implements :class:`~tuner.cost_model.FeatureProvider`, and strategy options); each strategy
+    receives those its constructor accepts and the rest are ignored, so callers can pass the same
+    context to every strategy.
+    """
     try:
         cls = STRATEGIES[name]
     except KeyError:
         raise ValueError(f"unknown strategy {name!r}; choose from {', '.join(STRATEGIES)}") from None
-    return cls(space, seed=seed)
+    if context.get("features") is not None and not isinstance(context["features"], FeatureProvider):
+        context = {k: v for k, v in context.items() if k != "features"}  # a template without the capability
+    accepted = inspect.signature(cls.__init__).parameters
+    kwargs = {k: v for k, v in context.items() if k in accepted}
+    return cls(space, seed=seed, **kwargs)
 
 
-__all__ = ["DEFAULT_STRATEGY", "STRATEGIES", "GridSearch", "Observation", "RandomSearch",
+__all__ = ["DEFAULT_STRATEGY", "STRATEGIES", "AnnealingSearch", "GeneticSearch", "GridSearch", "Observation", "PriorObservation", "RandomSearch",
            "SearchStrategy", "XGBSearch", "make_strategy"]

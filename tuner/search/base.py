@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -19,6 +19,24 @@ class Observation:
     cost: float | None
 
 
+@dataclass(frozen=True)
+class PriorObservation:
+    """A measured config of a related tuning problem, for transfer learning.
+
+    ``config`` is the config's JSON form (``{knob: value}``), which need not be a member of the
+    space being searched (another workload's splits differ); ``workload`` is the workload it was
+    measured on (None: the same workload). ``cost`` is seconds or None (failed). ``group`` names
+    the problem it belongs to (e.g. ``"<workload>@<device>"``): costs are compared only within a
+    group. ``weight`` (0..1] says how much it should count against the job's own measurements.
+    """
+
+    config: Mapping[str, Any]
+    cost: float | None
+    group: str
+    weight: float = 0.5
+    workload: Any = None
+
+
 class SearchStrategy(ABC):
     """Proposes which configs of a space to measure next.
 
@@ -27,7 +45,9 @@ class SearchStrategy(ABC):
       passed to ``observe``; fewer (possibly none) only when the strategy has nothing left to try;
     - ``observe`` may be called with results in any order, including results of configs this
       strategy never proposed (history loaded from the tuning log when a job resumes);
-    - strategies are deterministic for a given ``seed`` and sequence of calls.
+    - strategies are deterministic for a given ``seed`` and sequence of calls;
+    - ``observe_prior`` may give records of related problems (transfer learning); see
+      :class:`PriorObservation`.
     """
 
     def __init__(self, space: ConfigSpace, seed: int = 0) -> None:
@@ -43,6 +63,12 @@ class SearchStrategy(ABC):
         """Learn from measured configs. Subclasses extend this; they must call super()."""
         for obs in observations:
             self._seen.add(obs.config.digest)
+
+    def observe_prior(self, prior: Sequence[PriorObservation]) -> None:
+        """Records of related problems (other workloads or devices) to learn from before the
+        job's own measurements; called at most once, before the first ``propose``. Prior
+        configs are not part of this job's history: they may still be proposed. Strategies
+        without a model ignore it."""
 
     # -- shared by strategies ---------------------------------------------------------------
     def is_new(self, config: Config) -> bool:

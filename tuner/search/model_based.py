@@ -1,94 +1,307 @@
-"""Model-guided search (AutoTVM's XGBTuner): measure, fit a ranking model, anneal over it.
+"""Model-guided search: measure, fit a ranking model, propose what it ranks best.
 
-After ``initial_random`` random configs, every batch is chosen by simulated annealing over the
-cost model's scores, started from the best measured configs and random points, with a share
-``epsilon`` of uniformly random picks so the model keeps seeing unexplored regions.
+The loop (after AutoTVM's XGBTuner, tuned on the replayed GPU spaces in ``../shared/spaces``):
+
+* a few uniformly random configs first (``initial_random``), fewer when a transfer prior exists;
+* after every batch, an XGBoost model (``rank:pairwise`` by default, or regression on -log cost)
+  is retrained on every measurement (failed configs ranked last) plus, for transfer learning,
+  records of related workloads and devices in their own ranking groups with lower weights;
+* candidates: when the space is small enough to enumerate (``SpaceIndex.enumerable``), every
+  unmeasured config is scored with one predict call; otherwise simulated annealing over the
+  model's scores explores the valid space from the best measured configs and random points;
+* picks: the best-scored candidates that differ from each other in at least ``min_diff`` knobs
+  (where possible), a share of them taken from the neighbourhood of the best config found so far
+  (one or two knobs changed), and an ``epsilon`` share of uniformly random configs, which grows
+  while the search stalls.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+import weakref
+from typing import Any, Sequence
 
 import numpy as np
 
 from measure_agent.space import Config, ConfigSpace
-from tuner.cost_model import XGBCostModel, config_features
-from tuner.search.base import Observation, SearchStrategy
+from tuner.cost_model import FeatureProvider, Featurizer, XGBCostModel
+from tuner.search.base import Observation, PriorObservation
+from tuner.search.indexed import IndexedStrategy
+
+_FEATURE_CACHE: "weakref.WeakKeyDictionary[ConfigSpace, dict]" = weakref.WeakKeyDictionary()
 
 
-class XGBSearch(SearchStrategy):
+def _featurizer(space: ConfigSpace, provider: FeatureProvider | None, workload: Any) -> tuple[Featurizer, dict]:
+    """A featurizer per (space, provider, workload), with a per-space cache of feature tables."""
+    per_space = _FEATURE_CACHE.setdefault(space, {})
+    key = (id(provider), workload)
+    if key not in per_space:
+        per_space[key] = (Featurizer(space, provider=provider, workload=workload), {})
+    return per_space[key]
+
+
+class XGBSearch(IndexedStrategy):
     def __init__(
         self,
         space: ConfigSpace,
         seed: int = 0,
-        initial_random: int = 16,
-        epsilon: float = 0.05,
+        *,
+        workload: Any = None,
+        features: FeatureProvider | None = None,
         objective: str = "rank:pairwise",
+        initial_random: int = 12,
+        prior_initial_random: int = 4,
+        epsilon: float = 0.05,
+        min_diff: int = 2,
+        local_share: float = 0.25,
+        stall_batches: int = 4,
+        rounds: int = 60,
+        max_train: int = 4000,
         anneal_chains: int = 128,
         anneal_steps: int = 40,
+        ensemble: int = 1,
     ) -> None:
         super().__init__(space, seed)
         self.initial_random = initial_random
+        self.prior_initial_random = prior_initial_random
         self.epsilon = epsilon
+        self.min_diff = min_diff
+        self.local_share = local_share
+        self.stall_batches = stall_batches
+        self.max_train = max_train
         self.anneal_chains = anneal_chains
         self.anneal_steps = anneal_steps
-        self.model = XGBCostModel(objective=objective, seed=seed)
-        self._observed: list[Observation] = []
-        self._model_size = 0
+        # An ensemble (models on different row and column subsamples) spreads the picks of a batch
+        # over the hypotheses the data leave open: pick i follows model i mod ensemble.
+        objectives = [objective] if isinstance(objective, str) else list(objective)
+        sub = 0.8 if ensemble > 1 else 1.0
+        self.models = [XGBCostModel(objective=obj, rounds=rounds, seed=seed + 7919 * k, subsample=sub,
+                                    colsample=sub)
+                       for k in range(max(1, ensemble)) for obj in objectives]
+        self.model = self.models[0]
+        self.featurizer, cache = _featurizer(space, features, workload)
+        self._model_size = -1
+        self._prior_x: np.ndarray | None = None
+        self._prior_cost: list[float | None] = []
+        self._prior_group: list[int] = []
+        self._prior_weight: list[float] = []
+        self._batches_since_improvement = 0
+        if self.index.enumerable:
+            if "all" not in cache:
+                cache["all"] = self.featurizer.from_digits(self._all)
+            self._all_x = cache["all"]
 
+    # -- the ask/tell contract -------------------------------------------------------------------
     def observe(self, observations: Sequence[Observation]) -> None:
+        best_before = self._best
         super().observe(observations)
-        self._observed.extend(observations)
+        if observations:
+            improved = self._best < best_before
+            self._batches_since_improvement = 0 if improved else self._batches_since_improvement + 1
+
+    def observe_prior(self, prior: Sequence[PriorObservation]) -> None:
+        if not prior:
+            return
+        groups: dict[str, int] = {}
+        for p in prior:
+            groups.setdefault(p.group, len(groups) + 1)
+        rows = np.zeros((len(prior), self.featurizer.width), dtype=np.float32)
+        # Featurise per source workload, so a provider sees each config with its own workload.
+        by_workload: dict[int, list[int]] = {}
+        for i, p in enumerate(prior):
+            by_workload.setdefault(id(p.workload), []).append(i)
+        for idx in by_workload.values():
+            workload = prior[idx[0]].workload
+            configs = [prior[i].config for i in idx]
+            values = [c.as_dict() if isinstance(c, Config) else dict(c) for c in configs]
+            as_configs = configs if all(isinstance(c, Config) for c in configs) else None
+            if workload is None:  # the same workload: its configs are configs of this space
+                workload = self.featurizer.workload
+            rows[idx] = self.featurizer.rows_from_values(values, workload, as_configs)
+        self._prior_x = rows
+        self._prior_cost = [p.cost for p in prior]
+        self._prior_group = [groups[p.group] for p in prior]
+        self._prior_weight = [float(p.weight) for p in prior]
 
     def propose(self, n: int) -> list[Config]:
-        ok = sum(1 for o in self._observed if o.cost is not None)
-        if len(self._observed) < self.initial_random or ok < 2:
-            return self.random_new(n)
-        if self._model_size != len(self._observed):
-            configs = [o.config for o in self._observed]
-            self.model.fit(config_features(self.space, configs), [o.cost for o in self._observed])
-            self._model_size = len(self._observed)
-        n_random = int(self.rng.binomial(n, self.epsilon)) if n > 1 else 0
-        picks = self._best_by_model(n - n_random)
-        return picks + self.random_new(n - len(picks))
-
-    def _score(self, configs: list[Config]) -> np.ndarray:
-        return self.model.predict(config_features(self.space, configs))
-
-    def _best_by_model(self, n: int) -> list[Config]:
-        """Simulated annealing over the model; returns the ``n`` best-scored new configs."""
         if n <= 0:
             return []
-        measured = sorted((o for o in self._observed if o.cost is not None), key=lambda o: o.cost)
-        starts = [o.config for o in measured[: self.anneal_chains // 2]]
-        starts += self.space.sample(self.rng, self.anneal_chains - len(starts))
-        points = starts
-        scores = self._score(points)
-        candidates: dict[str, tuple[float, Config]] = {}
+        own = len(self._costs)
+        if sum(c is not None for c in self._prior_cost) >= 2:
+            # With a prior the model is useful from the start: a few random configs anchor this
+            # problem's own ranking group, the rest of the first batch follows the prior's model.
+            warmup = min(self.initial_random, self.prior_initial_random)
+            if own < warmup:
+                picks = self._random(min(n, warmup - own))
+                return picks + self._model_picks(n - len(picks), local=False)
+            return self._model_picks(n, local=True)
+        if own < self.initial_random or sum(c is not None for c in self._costs) < 2:
+            return self._random(n)
+        return self._model_picks(n, local=True)
 
-        def remember(configs: list[Config], values: np.ndarray) -> None:
-            for config, value in zip(configs, values):
-                if self.is_new(config):
-                    candidates[config.digest] = (float(value), config)
+    # -- internals -------------------------------------------------------------------------------
+    def _fit(self) -> bool:
+        size = len(self._costs)
+        if size == self._model_size:
+            return self.model.trained
+        self._model_size = size
+        digits = np.array(self._digits, dtype=np.int64).reshape(size, len(self.index.knobs))
+        costs = list(self._costs)
+        if size > self.max_train:
+            # Keep the fastest quarter and a random sample of the rest: the ranking near the top
+            # is what search needs, and training time stays bounded.
+            order = np.argsort([c if c is not None else np.inf for c in costs], kind="stable")
+            keep = order[: self.max_train // 4]
+            rest = self.rng.choice(order[self.max_train // 4:], self.max_train - len(keep), replace=False)
+            chosen = np.sort(np.concatenate([keep, rest]))
+            digits, costs = digits[chosen], [costs[i] for i in chosen]
+        x = self._features(digits)
+        groups = [0] * len(costs)
+        weights = [1.0] * len(costs)
+        if self._prior_x is not None:
+            x = np.concatenate([x, self._prior_x])
+            costs = costs + self._prior_cost
+            groups = groups + self._prior_group
+            weights = weights + self._prior_weight
+        for model in self.models:
+            model.fit(x, costs, groups=groups, weights=weights if self._prior_x is not None else None)
+        return self.model.trained
 
-        remember(points, scores)
+    def _predict(self, x: np.ndarray) -> np.ndarray:
+        """(models, rows) scores, each model's standardised so they can be averaged."""
+        out = np.stack([m.predict(x) for m in self.models])
+        if len(self.models) > 1:
+            out = (out - out.mean(axis=1, keepdims=True)) / (out.std(axis=1, keepdims=True) + 1e-9)
+        return out
+
+    def _features(self, digits: np.ndarray) -> np.ndarray:
+        if self.index.enumerable:
+            rows = [self.index.row_of(d) for d in digits]
+            if all(r is not None for r in rows):
+                return self._all_x[np.array(rows, dtype=np.int64)]
+        return self.featurizer.from_digits(digits)
+
+    def _model_picks(self, n: int, local: bool) -> list[Config]:
+        if n <= 0:
+            return []
+        if not self._fit():
+            return self._random(n)
+        eps = self.epsilon
+        if self.stall_batches and self._batches_since_improvement >= self.stall_batches:
+            eps = min(0.5, 2 * eps)  # progress stalled: explore more
+        n_random = int(self.rng.binomial(n, eps)) if n > 1 else 0
+        n_model = n - n_random
+        cand_digits, scores = self._candidates()
+        picks: list[Config] = []
+        if local and self.local_share > 0 and n_model > 0 and self._best_row is not None:
+            n_local = int(np.floor(n_model * self.local_share + self.rng.random()))
+            if n_local:
+                picks += self._local_picks(cand_digits, scores, n_local)
+        picks += self._diverse(cand_digits, scores, n_model - len(picks), picks)
+        picks += self._random(n - len(picks))
+        return picks
+
+    def _candidates(self) -> tuple[np.ndarray, np.ndarray]:
+        if self.index.enumerable:
+            free = np.flatnonzero(~self._taken)
+            return self._all[free], self._predict(self._all_x[free])
+        return self._anneal()
+
+    def _local_picks(self, digits: np.ndarray, scores: np.ndarray, n: int) -> list[Config]:
+        best = self._best_row
+        scores = scores.mean(axis=0)
+        distance = np.count_nonzero(digits != best, axis=1)
+        near = np.flatnonzero((distance >= 1) & (distance <= 2))
+        if not len(near):
+            return []
+        order = near[np.argsort(-scores[near], kind="stable")]
+        out = []
+        for row in order:
+            if len(out) >= n:
+                break
+            config = self._claim_digits(digits[row])
+            if config is not None:
+                out.append(config)
+        return out
+
+    def _diverse(self, digits: np.ndarray, scores: np.ndarray, n: int, already: list[Config]) -> list[Config]:
+        """``n`` best-scored candidates: pick ``i`` follows model ``i mod len(models)``, and each
+        differs from the picks before it in at least ``min_diff`` knobs while such candidates
+        remain; then, if still short, the best of the rest by the models' mean score."""
+        if n <= 0 or not scores.shape[1]:
+            return []
+        top = min(scores.shape[1], max(64 * n, 512))
+        orders = [_top(row_scores, top) for row_scores in scores]
+        chosen: list[np.ndarray] = [self.index.digits_of(c) for c in already]
+        out: list[Config] = []
+        positions = [0] * len(orders)
+        live = list(range(len(orders)))
+        turn = 0
+        while len(out) < n and live:
+            k = live[turn % len(live)]
+            order = orders[k]
+            picked = None
+            while picked is None and positions[k] < len(order):
+                d = digits[order[positions[k]]]
+                positions[k] += 1
+                if self._is_new(d) and all(np.count_nonzero(d != c) >= self.min_diff for c in chosen):
+                    picked = self._claim_digits(d)
+            if picked is None:
+                live.remove(k)  # this model has no diverse candidate left
+                continue
+            out.append(picked)
+            chosen.append(digits[order[positions[k] - 1]])
+            turn += 1
+        if len(out) < n:
+            for row in _top(scores.mean(axis=0), top):
+                if len(out) >= n:
+                    break
+                picked = self._claim_digits(digits[row])
+                if picked is not None:
+                    out.append(picked)
+        return out
+
+    def _anneal(self) -> tuple[np.ndarray, np.ndarray]:
+        """Simulated annealing over the model's scores on a space too large to enumerate; returns
+        every new config it visited, with its score."""
+        measured = [(c, i) for i, c in enumerate(self._costs) if c is not None]
+        measured.sort()
+        starts = [self._digits[i] for _, i in measured[: self.anneal_chains // 2]]
+        points = np.concatenate([
+            np.array(starts, dtype=np.int64).reshape(len(starts), -1),
+            self.index.sample(self.rng, self.anneal_chains - len(starts)),
+        ])
+        scores = self._predict(self.featurizer.from_digits(points)).mean(axis=0)
+        visited_d = [points]
+        visited_s = [scores]
         temperature = 1.0
         for _ in range(self.anneal_steps):
-            moved = [self.space.mutate(p, self.rng, knobs_to_change=1 + int(self.rng.integers(2))) for p in points]
-            moved_scores = self._score(moved)
-            remember(moved, moved_scores)
+            changes = 1 + self.rng.integers(2, size=len(points))
+            moved = self.index.mutate(points, self.rng, changes)
+            moved_scores = self._predict(self.featurizer.from_digits(moved)).mean(axis=0)
+            visited_d.append(moved)
+            visited_s.append(moved_scores)
             spread = float(np.std(scores)) or 1.0
             accept = (moved_scores >= scores) | (
                 self.rng.random(len(points)) < np.exp(np.minimum(0.0, (moved_scores - scores) / (spread * temperature)))
             )
-            points = [m if a else p for p, m, a in zip(points, moved, accept)]
+            points = np.where(accept[:, None], moved, points)
             scores = np.where(accept, moved_scores, scores)
             temperature = max(0.05, temperature * 0.9)
-        ranked = sorted(candidates.values(), key=lambda item: -item[0])
-        picks: list[Config] = []
-        for _, config in ranked:
-            if len(picks) >= n:
-                break
-            if self.claim(config):
-                picks.append(config)
-        return picks
+        all_d = np.concatenate(visited_d)
+        all_s = np.concatenate(visited_s)
+        keys = self.index.keys(all_d)
+        best: dict[bytes, int] = {}
+        for i, k in enumerate(keys):
+            if k not in self._keys and k not in best:
+                best[k] = i
+        idx = np.array(sorted(best.values()), dtype=np.int64)
+        return all_d[idx], all_s[idx][None, :]
+
+
+def _top(scores: np.ndarray, top: int) -> np.ndarray:
+    """Indices of the ``top`` highest scores, best first (ties: lower index first)."""
+    if top < len(scores):
+        order = np.argpartition(-scores, top - 1)[:top]
+    else:
+        order = np.arange(len(scores))
+    return order[np.argsort(-scores[order], kind="stable")]

@@ -1,0 +1,196 @@
+"""``tuner bench-strategies``: search strategies replayed on recorded spaces (Kernel Tuner caches).
+
+For every space, strategy and budget it prints the mean fraction of the optimum found (optimum
+time / best time found; failed configs use up evaluations and never count as found) and the score
+against exact random search ((random - found) / (random - optimum), random being the exact
+expected best of uniform sampling without replacement at that budget). ``--transfer`` adds, per
+strategy, a row ``NAME+transfer`` where each space starts from what a previous tuning job left in
+the log for every other given space of the same kernel (other devices, weighted lower).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from typing import Any
+
+from tuner.cli.common import CliError, positive_float, positive_int
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers") from None
+    if not values or any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError(f"{text!r}: budgets must be integers >= 1")
+    return sorted(set(values))
+
+
+def _name_list(text: str) -> list[str]:
+    names = [x.strip() for x in text.split(",") if x.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError("no strategy named")
+    return list(dict.fromkeys(names))
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "bench-strategies",
+        help="replay search strategies on recorded tuning spaces (Kernel Tuner cache files)",
+        description="Replay search strategies on recorded tuning spaces and score them against exact random search.",
+    )
+    p.add_argument("--space", action="append", required=True, metavar="FILE",
+                   help="Kernel Tuner cache file (.json or .json.gz); repeat for several spaces")
+    p.add_argument("--strategies", type=_name_list, default=["default", "random", "ga"],
+                   help="comma-separated strategy names (default: default,random,ga)")
+    p.add_argument("--budgets", type=_int_list, default=[25, 50, 100, 200],
+                   help="comma-separated evaluation budgets (default: 25,50,100,200)")
+    p.add_argument("--repeats", type=positive_int, default=20, help="runs per space and strategy (default 20)")
+    p.add_argument("--batch-size", type=positive_int, default=8, help="configs per batch (default 8)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the first repeat (default 0)")
+    p.add_argument("--time-budget", type=positive_float, metavar="SECONDS",
+                   help="stop each run after this much wall time (results then count what was evaluated)")
+    p.add_argument("--transfer", action="store_true",
+                   help="also run each strategy with a transfer prior from the other spaces of the same kernel")
+    p.add_argument("--jobs", type=positive_int, default=1, help="worker processes (default 1)")
+    p.add_argument("--json", action="store_true", help="print a JSON list of result objects")
+    p.add_argument("--json-out", metavar="FILE", help="also write the JSON list to FILE")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from tuner.replay import ReplayError, load_cache
+    from tuner.search import STRATEGIES
+
+    unknown = [s for s in args.strategies if s not in STRATEGIES]
+    if unknown:
+        raise CliError(f"unknown strategy {unknown[0]!r}; choose from {', '.join(sorted(STRATEGIES))}")
+    try:
+        spaces = [load_cache(path) for path in args.space]
+    except ReplayError as exc:
+        raise CliError(str(exc)) from None
+    names = [s.name for s in spaces]
+    if len(set(names)) != len(names):
+        raise CliError("two spaces have the same name; give each file a distinct name")
+    tasks = []
+    for i, space in enumerate(spaces):
+        for strategy in args.strategies:
+            tasks.append((i, strategy, False))
+            if args.transfer:
+                tasks.append((i, strategy, True))
+    started = time.perf_counter()
+    if args.jobs > 1 and len(tasks) > 1:
+        import multiprocessing
+
+        ctx = multiprocessing.get_context("spawn" if os.name == "nt" else "fork")
+        with ctx.Pool(min(args.jobs, len(tasks)), initializer=_init_worker, initargs=(args.space, vars_of(args))) as pool:
+            results = pool.map(_run_task, tasks, chunksize=1)
+    else:
+        _init_worker(args.space, vars_of(args), spaces)
+        results = [_run_task(t) for t in tasks]
+    rows = [row for cell_rows in results for row in cell_rows]
+    total = time.perf_counter() - started
+    if args.json_out:
+        with open(args.json_out, "w", encoding="utf-8") as fh:
+            json.dump(rows, fh, indent=1)
+    if args.json:
+        print(json.dumps(rows, indent=1))
+    else:
+        _print_table(rows, args, total)
+    return 0
+
+
+def vars_of(args: argparse.Namespace) -> dict[str, Any]:
+    return {k: getattr(args, k) for k in ("budgets", "repeats", "batch_size", "seed", "time_budget")}
+
+
+_STATE: dict[str, Any] = {}
+
+
+def _init_worker(paths: list[str], options: dict[str, Any], spaces: list | None = None) -> None:
+    from tuner.replay import load_cache
+
+    _STATE["spaces"] = spaces if spaces is not None else [load_cache(p) for p in paths]
+    _STATE["options"] = options
+    _STATE["priors"] = {}
+
+
+def _prior_for(i: int) -> list:
+    from tuner.replay.bench import replay_prior
+
+    spaces = _STATE["spaces"]
+    target = spaces[i]
+    prior = []
+    for j, source in enumerate(spaces):
+        if j == i or source.kernel != target.kernel or source.space.knob_names != target.space.knob_names:
+            continue
+        if j not in _STATE["priors"]:
+            _STATE["priors"][j] = replay_prior(source)
+        prior += _STATE["priors"][j]
+    return prior
+
+
+def _run_task(task: tuple[int, str, bool]) -> list[dict[str, Any]]:
+    from tuner.replay import evaluate
+
+    i, strategy, transfer = task
+    space = _STATE["spaces"][i]
+    opts = _STATE["options"]
+    prior = _prior_for(i) if transfer else None
+    label = f"{strategy}+transfer" if transfer else strategy
+    started = time.perf_counter()
+    cells = evaluate(space, strategy, opts["budgets"], opts["repeats"], batch_size=opts["batch_size"],
+                     seed0=opts["seed"], prior=prior, label=label, time_budget_s=opts["time_budget"])
+    seconds = time.perf_counter() - started
+    rows = []
+    for cell in cells:
+        row = cell.as_json()
+        row["family"] = space.family
+        row["kernel"] = space.kernel
+        row["prior_records"] = len(prior or ())
+        row["seconds_total"] = round(seconds, 3)
+        rows.append(row)
+    return rows
+
+
+def _print_table(rows: list[dict[str, Any]], args: argparse.Namespace, total: float) -> None:
+    budgets = args.budgets
+    width = max(len("space"), *(len(r["space"]) for r in rows))
+    swidth = max(len("exact random"), *(len(r["strategy"]) for r in rows))
+    head = f"{'space':<{width}}  {'strategy':<{swidth}}  " + "  ".join(f"{'@' + str(b):<13}" for b in budgets)
+    print(f"mean fraction of optimum (score vs exact random search), {args.repeats} repeats, batch {args.batch_size}")
+    print(head + "   s/run")
+    cells: dict[tuple[str, str], dict[int, dict]] = {}
+    for r in rows:
+        cells.setdefault((r["space"], r["strategy"]), {})[r["budget"]] = r
+    last_space = None
+    for (space, strategy), by_budget in cells.items():
+        if space != last_space:
+            rnd = "  ".join(f"{by_budget[b]['random_fraction']:.3f}        " for b in budgets)
+            print(f"{space:<{width}}  {'exact random':<{swidth}}  {rnd}")
+        text = "  ".join(f"{by_budget[b]['fraction']:.3f} ({by_budget[b]['score']:+.2f})" for b in budgets)
+        seconds = next(iter(by_budget.values()))["seconds_per_run"]
+        print(f"{space:<{width}}  {strategy:<{swidth}}  {text}  {seconds:6.2f}")
+        last_space = space
+    families: dict[tuple[str, str], dict[int, list[float]]] = {}
+    randoms: dict[str, dict[int, list[float]]] = {}
+    seen_random: set[tuple[str, int]] = set()
+    for r in rows:
+        families.setdefault((r["family"], r["strategy"]), {}).setdefault(r["budget"], []).append(r["fraction"])
+        if (r["space"], r["budget"]) not in seen_random:
+            seen_random.add((r["space"], r["budget"]))
+            randoms.setdefault(r["family"], {}).setdefault(r["budget"], []).append(r["random_fraction"])
+    print()
+    print("per kernel family (mean over its spaces)")
+    fwidth = width
+    for family in dict.fromkeys(f for f, _ in families):
+        text = "  ".join(f"{sum(randoms[family][b]) / len(randoms[family][b]):<13.3f}" for b in budgets)
+        print(f"{family:<{fwidth}}  {'exact random':<{swidth}}  {text}")
+        for (fam, strategy), by_budget in families.items():
+            if fam == family:
+                text = "  ".join(f"{sum(by_budget[b]) / len(by_budget[b]):<13.3f}" for b in budgets)
+                print(f"{family:<{fwidth}}  {strategy:<{swidth}}  {text}")
+    print(f"\ntotal wall time {total:.1f} s")

@@ -1,0 +1,215 @@
+"""Kernel Tuner cache files as replayable tuning spaces.
+
+A cache file (``.json`` or ``.json.gz``) holds ``tune_params`` (name -> list of values),
+``tune_params_keys`` (the order of values in each cache key), optional ``restrictions`` (Kernel
+Tuner expressions over the params) and ``cache``: ``"v1,v2,...": {param: value, ..., "time": ms}``
+where a string ``time`` (``"ErrorConfig"``, ``"CompilationFailedConfig"``,
+``"RuntimeFailedConfig"``, ...) marks a config that failed.
+
+The space is the product of ``tune_params`` narrowed by the restrictions; a config of that space
+missing from the cache counts as failed. Without a ``restrictions`` key the space is exactly the
+set of configs in the cache.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from measure_agent.space import ChoiceKnob, Config, ConfigSpace, Constraint
+from tuner.user_space.restrictions import RestrictionError, parse_restriction
+
+FAILED_TIMES = ("ErrorConfig", "CompilationFailedConfig", "RuntimeFailedConfig", "InvalidConfig")
+
+
+class ReplayError(ValueError):
+    """A cache file that cannot be replayed (one-line message)."""
+
+
+@dataclass
+class ReplaySpace:
+    """A recorded tuning space: every config's time (None: failed), in the file's unit."""
+
+    name: str
+    kernel: str
+    device: str
+    space: ConfigSpace
+    times: dict[tuple, float | None]  # values in tune_params_keys order -> time or None
+    size: int  # configs in the space (failed and missing ones included)
+    path: str = ""
+    meta: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        ok = sorted(t for t in self.times.values() if t is not None)
+        self.sorted_times = np.array(ok, dtype=np.float64)
+        if not len(ok):
+            raise ReplayError(f"{self.name}: no config of the space succeeded")
+        self.optimum = float(ok[0])
+        self.n_failed = self.size - len(ok)
+
+    @property
+    def family(self) -> str:
+        """Kernel family for grouping results: the file name up to its first underscore."""
+        return self.name.split("_", 1)[0]
+
+    def key(self, config: Config) -> tuple:
+        return tuple(v for _, v in config.items)
+
+    def cost(self, config: Config) -> float | None:
+        """The recorded time of a config, or None if it failed (or is not in the cache)."""
+        return self.times.get(self.key(config))
+
+    def __call__(self, params: Mapping[str, Any]) -> float | None:
+        """Objective form for :func:`tuner.user_space.tune_function`: a dict of param values."""
+        return self.times.get(tuple(params[n] for n in self.space.knob_names))
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(2)
+        opener = gzip.open if head == b"\x1f\x8b" else open
+        with opener(path, "rt", encoding="utf-8") as fh:
+            data = json.load(fh)
+    except OSError as exc:
+        raise ReplayError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError, EOFError, gzip.BadGzipFile) as exc:
+        raise ReplayError(f"{path} is not a JSON cache file: {exc}") from None
+    if not isinstance(data, dict):
+        raise ReplayError(f"{path}: expected a JSON object at the top level")
+    return data
+
+
+def _same(a: Any, b: Any) -> bool:
+    return isinstance(a, bool) == isinstance(b, bool) and a == b
+
+
+def load_cache(path: str | os.PathLike, name: str | None = None) -> ReplaySpace:
+    """Read a Kernel Tuner cache file into a :class:`ReplaySpace`. Raises :class:`ReplayError`."""
+    path = Path(path)
+    data = _read_json(path)
+    label = name or path.name.removesuffix(".gz").removesuffix(".json")
+    return parse_cache(data, label, str(path))
+
+
+def parse_cache(data: Mapping[str, Any], name: str = "space", path: str = "") -> ReplaySpace:
+    for required in ("tune_params", "cache"):
+        if required not in data:
+            raise ReplayError(f"{name}: cache file lacks {required!r}")
+    tune_params = data["tune_params"]
+    if not isinstance(tune_params, dict) or not tune_params:
+        raise ReplayError(f"{name}: 'tune_params' must map parameter names to lists of values")
+    keys = list(data.get("tune_params_keys") or tune_params)
+    if sorted(keys) != sorted(tune_params):
+        raise ReplayError(f"{name}: 'tune_params_keys' does not match 'tune_params'")
+    knobs = []
+    for k in keys:
+        values = tune_params[k]
+        if not isinstance(values, list) or not values:
+            raise ReplayError(f"{name}: tune_params[{k!r}] must be a non-empty list")
+        try:
+            knobs.append(ChoiceKnob(k, tuple(values)))
+        except (ValueError, TypeError) as exc:
+            raise ReplayError(f"{name}: {exc}") from None
+    cache = data["cache"]
+    if not isinstance(cache, dict):
+        raise ReplayError(f"{name}: 'cache' must be an object")
+
+    # Cache entries -> value tuples in ``keys`` order, matched to the knobs' own values.
+    times: dict[tuple, float | None] = {}
+    for text, entry in cache.items():
+        if not isinstance(entry, dict):
+            raise ReplayError(f"{name}: cache entry {text!r} is not an object")
+        parts = str(text).split(",")
+        values = []
+        for i, knob in enumerate(knobs):
+            if knob.name in entry:
+                found, value = _match(knob, entry[knob.name])
+            elif len(parts) == len(knobs):
+                found, value = _match(knob, parts[i].strip(), by_text=True)
+            else:
+                raise ReplayError(f"{name}: cache entry {text!r} lacks parameter {knob.name!r}")
+            if not found:
+                break  # a value outside tune_params: not a config of this space
+            values.append(value)
+        else:
+            times[tuple(values)] = _time(name, text, entry)
+
+    if "restrictions" in data and data["restrictions"] is not None:
+        restrictions = data["restrictions"]
+        if isinstance(restrictions, str):
+            restrictions = [restrictions]
+        if not isinstance(restrictions, list) or not all(isinstance(r, str) for r in restrictions):
+            raise ReplayError(f"{name}: 'restrictions' must be a list of expression strings")
+        constraints = []
+        for text in restrictions:
+            try:
+                r = parse_restriction(text, keys)
+            except RestrictionError as exc:
+                raise ReplayError(f"{name}: {exc}") from None
+            if not r.names:
+                if not r({}):
+                    raise ReplayError(f"{name}: restriction {text!r} is always false")
+                continue
+            constraints.append(Constraint(r.names, r.predicate(), text))
+        space = ConfigSpace(knobs, constraints)
+        size = space.size
+        times = {k: v for k, v in times.items() if _holds(space, k)}
+    else:
+        # The space is the set of configs in the cache: one membership constraint over the knobs
+        # that vary (constant knobs stay out of it, so the group stays as small as it can).
+        varying = [k.name for k in knobs if k.size > 1]
+        positions = [keys.index(n) for n in varying]
+        members = {tuple(v[p] for p in positions) for v in times}
+        if len(members) != len(times):
+            raise ReplayError(f"{name}: cache keys disagree on parameters that have one value")
+        constraints = []
+        if varying:
+            constraints.append(Constraint(tuple(varying), lambda *vals: vals in members, "recorded in the cache"))
+        space = ConfigSpace(knobs, constraints)
+        size = len(times)
+    meta = {k: v for k, v in data.items() if k not in ("cache",)}
+    return ReplaySpace(
+        name=name,
+        kernel=str(data.get("kernel_name", name)),
+        device=str(data.get("device_name", "")),
+        space=space,
+        times=times,
+        size=size,
+        path=path,
+        meta=meta,
+    )
+
+
+def _match(knob: ChoiceKnob, raw: Any, by_text: bool = False) -> tuple[bool, Any]:
+    if not by_text:
+        for value in knob.values:
+            if _same(value, raw):
+                return True, value
+    text = str(raw)
+    for value in knob.values:
+        if str(value) == text:
+            return True, value
+    return False, None
+
+
+def _time(name: str, key: str, entry: Mapping[str, Any]) -> float | None:
+    """The time of a cache entry; None for a failed config (a string such as "ErrorConfig")."""
+    t = entry.get("time")
+    if isinstance(t, str):
+        return None
+    if isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t) and t > 0:
+        return float(t)
+    raise ReplayError(f"{name}: cache entry {key!r} has no usable time ({t!r})")
+
+
+def _holds(space: ConfigSpace, values: tuple) -> bool:
+    named = dict(zip(space.knob_names, values))
+    return all(c.holds(named) for c in space.constraints)
