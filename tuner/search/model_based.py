@@ -59,6 +59,7 @@ class XGBSearch(IndexedStrategy):
         anneal_chains: int = 128,
         anneal_steps: int = 40,
         ensemble: int = 1,
+        value_share: float = 0.0,
     ) -> None:
         super().__init__(space, seed)
         self.initial_random = initial_random
@@ -67,6 +68,7 @@ class XGBSearch(IndexedStrategy):
         self.min_diff = min_diff
         self.local_share = local_share
         self.stall_batches = stall_batches
+        self.value_share = value_share
         self.max_train = max_train
         self.anneal_chains = anneal_chains
         self.anneal_steps = anneal_steps
@@ -196,9 +198,37 @@ class XGBSearch(IndexedStrategy):
             n_local = int(np.floor(n_model * self.local_share + self.rng.random()))
             if n_local:
                 picks += self._local_picks(cand_digits, scores, n_local)
+        if local and self.value_share > 0 and n_model > len(picks):
+            n_value = int(np.floor(n_model * self.value_share + self.rng.random()))
+            picks += self._value_picks(cand_digits, scores, min(n_value, n_model - len(picks)))
         picks += self._diverse(cand_digits, scores, n_model - len(picks), picks)
         picks += self._random(n - len(picks))
         return picks
+
+    def _value_picks(self, digits: np.ndarray, scores: np.ndarray, n: int) -> list[Config]:
+        """Picks that try a rarely measured value of a knob with the model's best settings of the
+        other knobs: a model that learned the average of a value misses its best combination."""
+        out: list[Config] = []
+        if n <= 0 or not len(digits):
+            return out
+        mean = scores.mean(axis=0)
+        measured = np.array(self._digits, dtype=np.int64).reshape(len(self._digits), len(self.index.knobs))
+        movable = np.flatnonzero(self.index.sizes > 1)
+        for _ in range(n):
+            k = int(self.rng.choice(movable))
+            counts = np.bincount(measured[:, k], minlength=int(self.index.sizes[k])) if len(measured) else np.zeros(int(self.index.sizes[k]))
+            present = np.unique(digits[:, k])
+            if not len(present):
+                continue
+            least = present[counts[present] == counts[present].min()]
+            v = int(self.rng.choice(least))
+            rows = np.flatnonzero(digits[:, k] == v)
+            for row in rows[np.argsort(-mean[rows], kind="stable")]:
+                config = self._claim_digits(digits[row])
+                if config is not None:
+                    out.append(config)
+                    break
+        return out
 
     def _candidates(self) -> tuple[np.ndarray, np.ndarray]:
         if self.index.enumerable:
