@@ -6,7 +6,9 @@ build and run workers, every candidate checked against the numpy reference), rec
 temporary SQLite ``TuningLog``, for a fixed trial budget. Then, in this process, the default
 config, the tuned best and the references are timed interleaved (round after round, best of all
 rounds), so that the ratios compare runs under the same machine load; the tuner's own numbers
-(mean of its repeats) are printed beside them.
+(mean of its repeats) are printed beside them. Each timing is the mean of back-to-back calls
+lasting at least 20 ms (AutoTVM's min_repeat_ms), after a pause that lets OpenBLAS's spinning
+threads go idle, for the kernels and the references alike.
 
 References: conv2d: im2col (numpy) + one BLAS GEMM (numpy's OpenBLAS); depthwise: numpy, one
 accumulate per filter tap over shifted views of the padded input; dense: BLAS ``X @ W.T``; and
@@ -31,19 +33,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 # the engine's worker processes import measure_agent too, also from a plain checkout
-os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
 
-from measure_agent.engine.build import NUMBA_ENVIRONMENT  # noqa: E402
+from measure_agent.engine.build import NUMBA_ENVIRONMENT, WORKER_ENVIRONMENT_DEFAULTS  # noqa: E402
 
 # The kernels timed here come from the engine's disk cache, compiled with these settings; any
 # kernel this process compiles itself must see them before numba is imported.
 os.environ.update(NUMBA_ENVIRONMENT)
-# numba's parallel kernels run on the OpenMP threading layer, whose threads by default spin while
-# they wait. On a host busier than its cores (a shared CI or build machine) a spinning thread takes
-# the core its partner needs, and a 0.5 ms parallel kernel then took 7 ms (13x its serial time);
-# waiting passively it took the serial time or less. Set before numba (and the engine's workers,
-# which inherit it) start; override by exporting OMP_WAIT_POLICY=active.
-os.environ.setdefault("OMP_WAIT_POLICY", "passive")
+# The kernels timed in this process run with the workers' thread settings (OpenMP threads wait
+# passively unless OMP_WAIT_POLICY is exported), set before numba starts.
+for _name, _value in WORKER_ENVIRONMENT_DEFAULTS.items():
+    os.environ.setdefault(_name, _value)
 
 import numpy as np  # noqa: E402
 from numpy.lib.stride_tricks import sliding_window_view  # noqa: E402
@@ -105,9 +106,10 @@ def main() -> int:
     torch = _torch()
     print(f"reference: numpy {np.__version__} (BLAS: {_blas_name()})" + (f", torch {torch.__version__}" if torch else
                                                                           ", no torch"), flush=True)
-    print("threads: numba " + os.environ.get("NUMBA_NUM_THREADS", str(os.cpu_count())) + ", BLAS "
-          + os.environ.get("OPENBLAS_NUM_THREADS", str(os.cpu_count())) + f"; OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}",
-          flush=True)
+    threads = {name: os.environ.get(var, str(os.cpu_count()))
+               for name, var in (("numba", "NUMBA_NUM_THREADS"), ("BLAS", "OPENBLAS_NUM_THREADS"))}
+    print(f"threads: numba {threads['numba']}, BLAS {threads['BLAS']}; "
+          f"OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}", flush=True)
     timing = TimingConfig(number=1, repeat=5, min_repeat_ms=20, warmup=1, build_timeout_s=300, run_timeout_s=60)
     rows = []
     with tempfile.TemporaryDirectory(prefix="ops_cpu-") as tmp:
@@ -177,21 +179,32 @@ def time_interleaved(workload: Workload, template, default, finalists, cache_dir
         call()
     for _ in range(rounds):
         for label, call in calls.items():
-            number = 1
-            start = time.perf_counter()
-            call()
-            elapsed = time.perf_counter() - start
-            if elapsed < 2e-3:  # short calls: average a few to see past the timer
-                number = max(2, int(2e-3 / max(elapsed, 1e-6)))
-                start = time.perf_counter()
-                for _ in range(number):
-                    call()
-                elapsed = (time.perf_counter() - start) / number
-            best[label] = min(best[label], elapsed)
+            # OpenBLAS's threads spin for tens of ms after a call (numba's OpenMP threads here wait
+            # passively): without a pause, whatever runs right after the BLAS reference shares a
+            # core with a spinner, which halved the measured speed of 2-thread kernels.
+            time.sleep(SETTLE_S)
+            best[label] = min(best[label], time_block(call))
     winner = min(configs, key=lambda label: best[label])
     return {"default_s": best["default"], "tuned_s": best[winner], "ref_s": best["ref"],
             "torch_s": best.get("torch"), "ref_name": reference_name, "tuned_ok": correct,
             "best_config": configs[winner], "winner": winner}
+
+
+SETTLE_S = 0.15  # longer than OpenBLAS's spin after a call (2**28 cycles by default)
+BLOCK_S = 0.02  # each timing is the mean over back-to-back calls lasting this long (min_repeat_ms)
+
+
+def time_block(call) -> float:
+    """Mean seconds per call over back-to-back calls that last at least ``BLOCK_S`` together."""
+    number = 1
+    while True:
+        start = time.perf_counter()
+        for _ in range(number):
+            call()
+        elapsed = time.perf_counter() - start
+        if elapsed >= BLOCK_S:
+            return elapsed / number
+        number = max(number * 2, int(number * BLOCK_S / max(elapsed, 1e-6) * 1.1) + 1)
 
 
 def numpy_reference(workload: Workload, inputs) -> tuple[str, callable]:

@@ -120,7 +120,7 @@ def workloads(op: str):
 
 @pytest.mark.parametrize("op", sorted(TEMPLATES))
 def test_random_serial_configs_compute_the_reference(kernel_cache_dir, op):
-    @settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+    @settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                      HealthCheck.filter_too_much])
     @given(workload=workloads(op), seed=st.integers(0, 2**32 - 1))
     def run(workload, seed):
@@ -144,10 +144,7 @@ HAND_PICKED = [
     # conv NHWC: pointwise (one long row per image), unpacked weights vectorised over K
     ("conv2d_nhwc(N=2,C=6,H=5,W=7,K=21,R=1,S=1)",
      dict(vector_axis="k", tile_k=(1, 8), tile_w=(4, 5), pack_weights=False, unroll_c=4, parallel=True)),
-    ("conv2d_nhwc(N=1,C=10,H=7,W=9,K=5,R=3,S=2,stride_h=2,pad=1,dilation_h=2,dtype=float64)",
-     dict(vector_axis="w", tile_k=(1, 2), tile_w=(1, 4), tile_c=4, reduction_order="c_outer",
-          pack_weights=True, parallel=False)),
-    # depthwise: both vector axes, multiplier, direct borders and padded copies, one parallel each
+    # depthwise: both vector axes, multipliers, direct borders and padded copies
     ("depthwise_conv2d_nchw(N=2,C=5,H=12,W=19,R=3,S=3,pad=1,multiplier=2)",
      dict(vector_axis="w", tile_c=(1, 3), tile_w=(2, 8), tile_h=(4,), unroll_r=2, parallel=True)),
     ("depthwise_conv2d_nchw(N=1,C=6,H=7,W=8,R=3,S=2,stride=2,pad=2,dilation_h=2,dtype=float64)",
@@ -155,19 +152,15 @@ HAND_PICKED = [
           parallel=False)),
     ("depthwise_conv2d_nhwc(N=2,C=11,H=9,W=10,R=3,S=3,stride=2,pad=1,multiplier=3)",
      dict(vector_axis="c", tile_c=(2, 8), tile_w=(1, 3), tile_h=(2,), parallel=True)),
-    ("depthwise_conv2d_nhwc(N=1,C=5,H=10,W=17,R=2,S=3,pad_w=2,dilation_w=2)",
-     dict(vector_axis="w", tile_c=(1, 2), tile_w=(1, 8), border="padded_copy", unroll_r=4, parallel=False)),
     # dense: reduction-vectorised (two vectors of lanes, K blocked, unrolled) and column-vectorised
     ("dense(M=3,N=29,K=43)",
      dict(vector_axis="k", tile_m=(1, 2), tile_n=(2, 3), kc=16, k_lanes=16, unroll_k=2, parallel=True)),
     ("dense(M=13,N=21,K=19,dtype=float64)",
      dict(vector_axis="n", tile_m=(2, 4), tile_n=(1, 8), kc=16, pack_a=True, loop_order="m_outer",
           unroll_k=4, parallel=False)),
-    # batch_matmul: packed and unpacked B, one parallel
+    # batch_matmul: unpacked B, packed A, K blocked, parallel
     ("batch_matmul(B=3,M=11,N=37,K=21)",
      dict(tile_m=(2, 3), tile_n=(1, 16), kc=16, pack_a=True, pack_b=False, unroll_k=2, parallel=True)),
-    ("batch_matmul(B=2,M=7,N=10,K=5,dtype=float64)",
-     dict(tile_m=(1, 4), tile_n=(1, 4), loop_order="m_outer", pack_b=True, parallel=False)),
 ]
 
 
@@ -178,17 +171,19 @@ def test_hand_picked_configs_compute_the_reference(kernel_cache_dir, workload_te
     check(workload, with_choices(workload, **choices), kernel_cache_dir)
 
 
-def test_hand_picked_configs_cover_each_template_both_ways():
+def test_hand_picked_configs_cover_the_rarer_knob_values():
+    """With the serial random configs of the property tests, every template runs in parallel, and
+    both vector axes, both border modes and packing on and off are compiled."""
     picked: dict[str, list[Config]] = {}
     for text, choices in HAND_PICKED:
         workload = parse_workload(text)
         picked.setdefault(workload.op, []).append(with_choices(workload, **choices))
     assert set(picked) == set(TEMPLATES)
-    for op, configs in picked.items():
-        assert {c["parallel"] for c in configs} == {False, True}, op
-        if op != "batch_matmul":
-            assert len({c["vector_axis"] for c in configs}) == 2, op
+    assert all(any(c["parallel"] for c in configs) for configs in picked.values())
+    for op in ("conv2d_nchw", "depthwise_conv2d_nchw", "dense"):
+        assert len({c["vector_axis"] for c in picked[op]}) == 2, op
     assert {c["border"] for op in DEPTHWISE_OPS for c in picked[op]} == {"direct", "padded_copy"}
+    assert {c["pack_weights"] for op in CONV_OPS for c in picked[op]} == {False, True}
 
 
 def test_cache_blocks_are_runtime_arguments(kernel_cache_dir):

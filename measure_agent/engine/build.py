@@ -24,6 +24,12 @@ from measure_agent.templates.base import KernelSource
 # kernels. SLP vectorisation turns unrolled register tiles into vector code (see docs/architecture.md).
 NUMBA_ENVIRONMENT = {"NUMBA_SLP_VECTORIZE": "1", "NUMBA_OPT": "3"}
 
+# Defaults for the worker processes that an operator may override by exporting them. numba's
+# OpenMP threads spin while they wait by default; on a host busier than its cores a spinning
+# thread takes the core its partner needs (a 0.5 ms parallel kernel took 7 ms), waiting passively
+# it took its serial time or less.
+WORKER_ENVIRONMENT_DEFAULTS = {"OMP_WAIT_POLICY": "passive"}
+
 
 def default_kernel_cache_dir() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")

@@ -12,7 +12,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from measure_agent.engine.build import NUMBA_ENVIRONMENT
+from measure_agent.engine.build import NUMBA_ENVIRONMENT, WORKER_ENVIRONMENT_DEFAULTS
 
 
 class WorkerCrashed(Exception):
@@ -35,8 +35,7 @@ class WorkerProcess:
         self._next_id = 0
 
     def start(self) -> None:
-        env = dict(os.environ)
-        env.update(NUMBA_ENVIRONMENT)
+        env = {**WORKER_ENVIRONMENT_DEFAULTS, **os.environ, **NUMBA_ENVIRONMENT}
         fd, self._stderr_path = tempfile.mkstemp(prefix="tunefleet-worker-", suffix=".log")
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "measure_agent.engine.worker", "--catalog", self.catalog,

@@ -29,6 +29,7 @@ DTYPES = ("float32", "float64")
 # Register tiles along the broadcast axis (one scalar load, then one FMA per accumulator vector).
 BROADCAST_TILES = (1, 2, 3, 4, 5, 6, 8)
 BROADCAST_TILES_32_REGISTERS = BROADCAST_TILES + (10, 12)
+DEFAULT_BROADCAST_TILES_32_REGISTERS = (1, 2, 4, 5, 8, 10)
 # Cache blocks, in register tiles: block = tiles * tile (runtime arguments).
 BLOCK_TILES = (1, 2, 4, 8, 16, 32, 64)
 UNROLLS = (1, 2, 4)
@@ -64,6 +65,14 @@ class VectorTarget:
     @property
     def broadcast_tiles(self) -> tuple[int, ...]:
         return BROADCAST_TILES_32_REGISTERS if self.registers >= 32 else BROADCAST_TILES
+
+    @property
+    def default_broadcast_tiles(self) -> tuple[int, ...]:
+        """The broadcast tiles a default config picks from. On AVX-512 (Zen 5, numba 0.68) a conv
+        tile of 2 vectors x 6 or x 12 columns, or of 1 vector, ran at 5 GFLOPS instead of 220-310
+        (x 4, 5, 8, 10): LLVM does not keep such tiles in registers. The space keeps them all:
+        the tuner measures, a default must not gamble."""
+        return DEFAULT_BROADCAST_TILES_32_REGISTERS if self.registers >= 32 else BROADCAST_TILES
 
     def accumulator_vectors(self, broadcast: int, vector: int, dtype: str) -> int:
         return broadcast * math.ceil(vector / self.lanes(dtype))
@@ -197,7 +206,8 @@ def header(title: str, workload, config: Config, call: str, blocks: str, tiled: 
     lines.append(f"#   {call} with {blocks}")
     lines += [
         "import numpy as np",
-        "from numba import njit, prange" if parallel else "from numba import get_num_threads, njit, prange, set_num_threads",
+        "from numba import njit, prange" if parallel
+        else "from numba import get_num_threads, njit, prange, set_num_threads",
         "",
         "from measure_agent.templates.cpu_stack import stack_array",
         "",
@@ -220,19 +230,28 @@ def kernel_head(entry: str, params: str, parallel: bool) -> list[str]:
 
 
 def kernel_tail(entry: str, params: str, parallel: bool) -> list[str]:
-    """For ``parallel=False``: the entry point, running the loop nest on the calling thread."""
+    """For ``parallel=False``: the entry point, running the loop nest on the calling thread.
+
+    A Python function: numba cannot cache a compiled function that sets its thread count, and the
+    engine's run worker loads kernels from the cache its build worker filled. Its ``compile``
+    compiles (and caches) the loop nest, so the build step still does all the compiling.
+    """
     if parallel:
         return []
     return [
         "",
         "",
-        "@njit(cache=True)",
         f"def {entry}({params}):",
         "    # parallel=False: the loop nest above, on this thread only",
         "    threads = get_num_threads()",
         "    set_num_threads(1)",
-        f"    _{entry}({params})",
-        "    set_num_threads(threads)",
+        "    try:",
+        f"        _{entry}({params})",
+        "    finally:",
+        "        set_num_threads(threads)",
+        "",
+        "",
+        f"{entry}.compile = _{entry}.compile  # building the kernel compiles the loop nest",
     ]
 
 

@@ -30,7 +30,6 @@ from dataclasses import dataclass
 from measure_agent.space import BoolKnob, ChoiceKnob, Config, ConfigSpace, Constraint, SplitKnob
 from measure_agent.templates.cpu._common import (
     PARALLEL_MIN_FLOPS,
-    BLOCK_TILES,
     UNROLLS,
     CpuSpace,
     VectorTarget,

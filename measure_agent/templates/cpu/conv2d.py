@@ -162,12 +162,13 @@ class _Conv2dCpuTemplate(Template):
         if few_outputs:
             axis, pack = "w", False
             wt = 2 * lanes
-            kt = pick_choice([t for t in vt.broadcast_tiles if t <= g.K],
+            kt = pick_choice([t for t in vt.default_broadcast_tiles if t <= g.K],
                              vt.max_accumulators // vt.accumulator_vectors(1, wt, dtype))
         else:
             axis, pack = "k", True
             kt = g.K if g.K <= 2 * lanes else 2 * lanes
-            wt = pick_tile(g.cols, vt.broadcast_tiles, vt.max_accumulators // vt.accumulator_vectors(1, kt, dtype))
+            wt = pick_tile(g.cols, vt.default_broadcast_tiles,
+                           vt.max_accumulators // vt.accumulator_vectors(1, kt, dtype))
         kc_at_most = max(kt, WEIGHT_BLOCK_BYTES // (g.C * g.R * g.S * itemsize))
         tile_k = pick_split(space.knob("tile_k"), kt, kc_at_most, inner_ok=lambda t: t == kt)
         k_blocks = math.ceil(g.K / (tile_k[1] * kt))

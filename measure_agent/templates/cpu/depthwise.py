@@ -245,7 +245,8 @@ def _render(template: _DepthwiseCpuTemplate, workload: Workload, config: Config,
         add("OFF_H, OFF_W, HX, WX = 0, 0, HP, WP  # tap (r, s) of output (oh, ow) reads xp[oh*SH + r*DH, ow*SW + s*DW]")
     else:
         add("xp = x  # direct border handling: taps outside the input are skipped, nothing is copied")
-        add("OFF_H, OFF_W, HX, WX = PH, PW, H, W  # tap (r, s) of output (oh, ow) reads x[oh*SH + r*DH - PH, ow*SW + s*DW - PW]")
+        add("# tap (r, s) of output (oh, ow) reads x[oh*SH + r*DH - PH, ow*SW + s*DW - PW]")
+        add("OFF_H, OFF_W, HX, WX = PH, PW, H, W")
     add("# interior output columns [ow_lo, ow_hi): all S taps inside the input")
     add("ow_lo = min(OW, (OFF_W + SW - 1) // SW)")
     add("ow_hi = max(ow_lo, min(OW, (WX - 1 + OFF_W - (S - 1) * DW) // SW + 1))")
@@ -350,7 +351,8 @@ def _tile_columns(lay: Layout, config: Config, multiplier: int) -> list[str]:
                  "    cols[j] = np.uint64(min(w0 + j, t_end - 1) * SW - OFF_W)"]
         update = ["for j in range(WT):",
                   "    for oo in range(OT):",
-                  f"        {tile.at('j')} += wt[ur, us, {o_chan}] * {lay.x('un', c_chan, 'uih', 'cols[j] + np.uint64(s * DW)')}"]
+                  f"        {tile.at('j')} += wt[ur, us, {o_chan}] * "
+                  f"{lay.x('un', c_chan, 'uih', 'cols[j] + np.uint64(s * DW)')}"]
         store = tile.store(row="j", target=lambda b: lay.out("un", "np.uint64(o_base + oo)", "uoh",
                                                               f"np.uint64(col_base + {b})"),
                            whole="o_first == 0 and o_last == OT and j_last == WT",
