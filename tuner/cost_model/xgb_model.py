@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Sequence
 
 import numpy as np
-import xgboost as xgb
 
 OBJECTIVES = ("rank:pairwise", "rank:ndcg", "reg:squarederror")
 # Relevance grades for rank:ndcg by rank quantile within a group: the top matters most.
@@ -16,7 +15,9 @@ class XGBCostModel:
     """Trained on measured costs; failed configs are ranked below every success of their group.
 
     ``objective`` is ``rank:pairwise`` (default: only the order matters, which is what search
-    needs) or ``reg:squarederror`` on -log(cost). ``groups`` (one id per row) keep costs that are
+    needs), ``rank:ndcg`` (graded by rank quantile, so the fastest configs weigh most; better where
+    good configs are common, worse on the GEMM and convolution replay spaces) or
+    ``reg:squarederror`` on -log(cost). ``groups`` (one id per row) keep costs that are
     not comparable apart (other devices, other workloads): rows are only ranked against rows of
     their own group, and for regression each group's labels are relative to its own best.
     ``weights`` (one per row; per group for ranking, where XGBoost weighs groups) make some
@@ -37,7 +38,7 @@ class XGBCostModel:
         self.colsample = colsample
         self.pair_method = pair_method
         self.pairs_per_sample = pairs_per_sample
-        self._booster: xgb.Booster | None = None
+        self._booster = None  # an xgboost.Booster once trained
 
     @property
     def trained(self) -> bool:
@@ -74,6 +75,8 @@ class XGBCostModel:
             labels[lo:hi] = np.where(np.isnan(s), worst - max(0.5, 0.1 * (best - worst)), s) - best
         if self.objective == "rank:ndcg":
             labels = _grades(labels, bounds)
+        import xgboost as xgb  # imported on first training: it takes a quarter second
+
         matrix = xgb.DMatrix(features, label=labels, missing=np.nan, nthread=1)
         if self.objective.startswith("rank"):
             matrix.set_group([hi - lo for lo, hi in bounds])

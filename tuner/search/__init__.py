@@ -1,4 +1,18 @@
-"""Search strategies: which configs to measure next."""
+"""Search strategies: which configs to measure next (ask/tell: ``propose(n)`` / ``observe``).
+
+By name (:data:`STRATEGIES`, :func:`make_strategy`):
+
+* ``random``: uniform sampling of the valid space without repeats;
+* ``grid``: every valid config in index order;
+* ``ga``: steady-state genetic algorithm (model-free);
+* ``sa``: simulated annealing on measurements with parallel chains (model-free);
+* ``xgb``: model-guided search (XGBoost ranking model, value probes, local steps, transfer prior);
+* ``default``: an alias of the strategy that did best on the replayed spaces (``xgb``; see
+  ``bench/strategies.py``); what ``tuner tune`` uses.
+
+Strategies work on any :class:`~measure_agent.space.ConfigSpace`, including spaces of billions of
+configs (never enumerated unless small: :mod:`tuner.search.space_index`).
+"""
 
 from __future__ import annotations
 

@@ -177,10 +177,6 @@ class SpaceIndex:
                 out[:, g.positions] = self._reject_sample(g, rng, n)
         return out
 
-    @staticmethod
-    def rng_keys(rng: np.random.Generator, rows: int, cols: int) -> np.ndarray:
-        return rng.random((rows, cols))
-
     def _reject_sample(self, g: _Group, rng: np.random.Generator, n: int) -> np.ndarray:
         found = np.zeros((0, len(g.positions)), dtype=np.int64)
         for _ in range(1000):
@@ -221,8 +217,7 @@ class SpaceIndex:
             trial = digits[todo].copy()
             k = np.minimum(changes[todo], len(movable))
             # Distinct random knobs per row: the first k of a random permutation of the movable ones.
-            order = np.argsort(self.rng_keys(rng, m, len(movable)), axis=1)
-            chosen = movable[order] * 1
+            chosen = movable[np.argsort(rng.random((m, len(movable))), axis=1)]
             hit = np.zeros((m, width), dtype=bool)
             for j in range(int(k.max()) if m else 0):
                 rows = np.flatnonzero(k > j)
