@@ -20,6 +20,7 @@ import pytest
 
 import tuner
 import tuner.apply
+from measure_agent.device import detect_device
 from measure_agent.templates import TemplateNotFound, default_catalog
 from measure_agent.workload import WorkloadError, parse_workload
 from tuner.apply import NotTunedWarning, TunedKernel
@@ -54,7 +55,9 @@ def configs():
     template = default_catalog().get("matmul", "cpu")
     default = template.default_config(W, template.space(W))
     near_default = template.default_config(NEAR, template.space(NEAR))
-    return {"default": default, "tuned": _variant(W, default), "near": near_default}
+    # what best_kernel falls back to: the default sized for this host's ISA
+    host_default = template.default_config(W, template.space(W, detect_device()))
+    return {"default": default, "tuned": _variant(W, default), "near": near_default, "host_default": host_default}
 
 
 @pytest.fixture
@@ -135,7 +138,7 @@ def test_nearest_then_default_fallbacks_warn(tuned_db, configs):
     with pytest.warns(NotTunedWarning, match="using the template's default config"):
         default = tuner.best_kernel(W, "aarch64-other", db=tuned_db, nearest=False)
     assert (default.kind, default.is_default, default.tuned_workload, default.mean_s) == ("default", True, None, None)
-    assert default.config == configs["default"].to_json()
+    assert default.config == configs["host_default"].to_json()
     _check(default)
     with pytest.warns(NotTunedWarning, match="nothing tuned in"):
         assert tuner.best_kernel(W, "riscv-*", db=tuned_db).is_default
@@ -144,7 +147,7 @@ def test_nearest_then_default_fallbacks_warn(tuned_db, configs):
 def test_no_database_at_all_means_default_and_creates_nothing(env, configs):
     with pytest.warns(NotTunedWarning, match="no tuning log at"):
         kernel = tuner.best_kernel(W, DEVICE)
-    assert kernel.is_default and kernel.config == configs["default"].to_json()
+    assert kernel.is_default and kernel.config == configs["host_default"].to_json()
     assert not (env / "data").exists()
 
 
@@ -234,3 +237,28 @@ def test_another_process_loads_the_kernel_from_the_disk_cache(tuned_db, env, ker
     # Loaded from the on-disk cache, not compiled again.
     assert fresh["cache_hits"] >= 1 and fresh["cache_misses"] == 0
     assert late["cache_hits"] >= 1 and late["cache_misses"] == 0
+
+
+def test_a_config_tuned_on_an_avx512_device_is_served_and_shown(env, cli_env):
+    """Register tiles follow the measuring device's ISA: a config only an AVX-512 space holds is
+    checked against the space of the device the log recorded for its key, not a generic one."""
+    from measure_agent.device import DeviceInfo
+
+    template = default_catalog().get("matmul", "cpu")
+    wide = DeviceInfo("x86_64", "test", 2, ("avx2", "fma", "avx512f"))
+    generic, avx512 = template.space(W), template.space(W, wide)
+    config = next(c for c in avx512.sample(np.random.default_rng(0), 400) if not generic.is_valid(c))
+    db = env / "avx512.db"
+    with TuningLog(f"sqlite:///{db}") as log:
+        log.upsert_device("x86_64-wide", wide.to_json())
+        log.record_trials([_ok(W, config, 1e-5, device="x86_64-wide")])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", NotTunedWarning)
+        kernel = tuner.best_kernel(W, "x86_64-wide", db=db)
+    assert kernel.kind == "tuned" and kernel.config == config.to_json()
+    _check(kernel)
+    shown = subprocess.run([sys.executable, "-m", "tuner", "show-kernel", "--workload", W.key, "--best",
+                            "--db", str(db), "--device-key", "x86_64-wide"],
+                           capture_output=True, text=True, env=cli_env, timeout=120)
+    assert shown.returncode == 0, shown.stderr
+    assert template.render(W, config).text.strip() in shown.stdout

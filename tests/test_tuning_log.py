@@ -610,7 +610,7 @@ class _StubTemplate:
 
     op, target, version = "matmul", "cpu", "stub"
 
-    def space(self, workload):
+    def space(self, workload, device=None):
         from measure_agent.space import ChoiceKnob, ConfigSpace, SplitKnob
 
         k = workload["K"]

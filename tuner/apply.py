@@ -152,21 +152,22 @@ def best_kernel(
     env_applied = _apply_numba_environment()
     if isinstance(workload, str):
         workload = parse_workload(workload)
+    from measure_agent.device import detect_device
+
     template = default_catalog().get(workload.op, target)
-    space = template.space(workload)
+    this_host = detect_device()
     if device_key is None:
-        from measure_agent.device import detect_device
+        device_key = this_host.default_key
 
-        device_key = detect_device().default_key
-
-    match, where = _lookup(workload, device_key, db, target, nearest)
+    match, where, tuned_on = _lookup(workload, device_key, db, target, nearest)
     if match is None:
-        config = template.default_config(workload, space)
+        config = template.default_config(workload, template.space(workload, this_host))
         warnings.warn(f"tuner.best_kernel: no tuned config for {workload.key} on {device_key} ({where}); "
                       "using the template's default config", NotTunedWarning, stacklevel=2)
         kind, tuned_workload, matched_device, mean_s = "default", None, None, None
     else:
-        config = space.from_json(match.config)
+        # the config was checked against the space of the device that measured it
+        config = template.space(workload, tuned_on).from_json(match.config)
         kind = "approximate" if match.approximate else "tuned"
         tuned_workload, matched_device, mean_s = match.tuned_workload, match.device_key, match.mean_s
         if match.approximate:
@@ -193,8 +194,10 @@ def _apply_numba_environment() -> bool:
 
 
 def _lookup(workload: Workload, device_key: str, db: Any, target: str, nearest: bool):
-    """(best match or None, description of the source for messages)."""
+    """(best match or None, description of the source for messages, recorded DeviceInfo of the
+    match's device or None)."""
     from tuner.log import BestConfigs, TuningLog, TuningLogError, find_best
+    from tuner.log.lookup import recorded_device
     from tuner.log.bestfile import load_best_file, looks_like_best_file
     from tuner.settings import resolve_db_url
 
@@ -205,7 +208,7 @@ def _lookup(workload: Workload, device_key: str, db: Any, target: str, nearest: 
         url = resolve_db_url(None, create_directory=False)
         path = _sqlite_file(url)
         if path is not None and not path.exists():
-            return None, f"no tuning log at {path}"
+            return None, f"no tuning log at {path}", None
         source = opened = TuningLog(url, create=False)
     else:
         text = os.fspath(db)
@@ -222,11 +225,12 @@ def _lookup(workload: Workload, device_key: str, db: Any, target: str, nearest: 
     try:
         keys = source.resolve_device_keys(device_key)
         matches = find_best(source, workload, keys, target, 1, nearest=nearest, validate=True)
+        tuned_on = recorded_device(source, matches[0].device_key) if matches else None
     finally:
         if opened is not None:
             opened.close()
     name = getattr(source, "name", None) or getattr(source, "url", "")
-    return (matches[0] if matches else None), f"nothing tuned in {name}"
+    return (matches[0] if matches else None), f"nothing tuned in {name}", tuned_on
 
 
 def _sqlite_file(url: str) -> Path | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from measure_agent.device import detect_device
 from measure_agent.space import ConfigError
 from measure_agent.templates import TemplateNotFound, default_catalog
 from tuner.cli.common import (
@@ -35,11 +36,19 @@ def run(args: argparse.Namespace) -> int:
         template = default_catalog().get(workload.op, args.target)
     except TemplateNotFound as exc:
         raise CliError(str(exc)) from None
-    space = template.space(workload)
-    if args.best:
-        device_key = args.device_key or local_device_key()
+    from tuner.log.lookup import recorded_device
+
+    # A config belongs to the space of its device (register tiles follow the ISA): with --best or
+    # --device-key, the device the log recorded for the key; otherwise this host.
+    device_key = args.device_key or local_device_key()
+    if args.best or args.device_key:
         with open_log(args.db) as log:
-            records = log.best(workload.key, device_key, args.target, top=1)
+            records = log.best(workload.key, device_key, args.target, top=1) if args.best else []
+            device = recorded_device(log, device_key)
+    else:
+        device = detect_device()
+    space = template.space(workload, device)
+    if args.best:
         if not records:
             raise CliError(f"no tuned config of {workload.key} on {device_key}; tune it first or use --config default",
                            EXIT_FAILURE)

@@ -14,7 +14,8 @@ M=512 to 1024); ties go to the smaller |log2 of the FLOP ratio|, then to the wor
 configs are tried fastest first and the first ones *valid for the requested shape* are returned:
 a config is transferred by recomputing the outer factor of every split knob (which a split derives
 from the axis length: ``outer = ceil(extent / tile)``), then must pass the template's
-``space(requested).from_json``. A workload none of whose configs is valid is skipped for the next
+``space(requested).from_json``, the space built for the device that measured the config (its
+register tiles depend on that device's ISA). A workload none of whose configs is valid is skipped for the next
 closest. Such a result is flagged ``approximate``, with the ``tuned_workload`` it was measured on
 (its ``mean_s`` is that workload's time, not a prediction).
 """
@@ -28,6 +29,7 @@ from typing import Any, Protocol, Sequence
 from measure_agent.space import Config, ConfigError, ConfigSpace, SplitKnob
 from measure_agent.workload import Workload, parse_workload
 from tuner.log.records import TrialRecord, format_timestamp
+from tuner.log.storage import NotFoundError
 
 
 class BestSource(Protocol):  # TuningLog and BestConfigs
@@ -139,12 +141,12 @@ def find_best(
     if isinstance(device_keys, str):
         device_keys = [device_keys]
     device_keys = list(device_keys)
-    space = _space(workload, target, catalog) if (nearest or validate) else None
+    space_for = _RecordSpaces(source, workload, target, catalog)
     if validate:
         exact = []
         for record in source.best(workload.key, device_keys, target, top=None):
             try:
-                config = space.from_json(record.config)
+                config = space_for(record.device_key).from_json(record.config)
             except ConfigError:
                 continue
             exact.append(BestMatch(workload.key, record, config.to_json()))
@@ -159,8 +161,6 @@ def find_best(
     family, members = _family_of(source, workload)
     if family is None and not nearest:
         return []
-    if space is None:
-        space = _space(workload, target, catalog)
     tuned = set(source.tuned_workload_keys(workload.op, workload.dtype, device_keys, target))
     keys = [k for k in members if k in tuned] if family is not None else sorted(tuned)
     candidates = []
@@ -174,7 +174,7 @@ def find_best(
         found = []
         for record in source.best(key, device_keys, target, top=None):
             try:
-                config = transfer_config(space, record.config)
+                config = transfer_config(space_for(record.device_key), record.config)
             except ConfigError:
                 continue
             found.append(BestMatch(workload.key, record, config.to_json(), approximate=True, distance=distance,
@@ -205,12 +205,36 @@ def _family_of(source: BestSource, workload: Workload) -> tuple[str | None, list
     return key, members
 
 
-def _space(workload: Workload, target: str, catalog) -> ConfigSpace:
-    if catalog is None:
-        from measure_agent.templates import default_catalog
+def recorded_device(source, device_key: str):
+    """The :class:`~measure_agent.device.DeviceInfo` a log or best-configs file recorded for
+    ``device_key``, or ``None`` when it has none (the template then assumes a generic device)."""
+    from measure_agent.device import DeviceInfo
 
-        catalog = default_catalog()
-    return catalog.get(workload.op, target).space(workload)
+    try:
+        info = source.device_info(device_key)
+    except (NotFoundError, AttributeError):
+        return None
+    return DeviceInfo.from_json(info) if info else None
+
+
+class _RecordSpaces:
+    """``workload``'s space for configs measured on each device key, built once per key."""
+
+    def __init__(self, source: BestSource, workload: Workload, target: str, catalog) -> None:
+        if catalog is None:
+            from measure_agent.templates import default_catalog
+
+            catalog = default_catalog()
+        self._source = source
+        self._workload = workload
+        self._template = catalog.get(workload.op, target)
+        self._spaces: dict[str, ConfigSpace] = {}
+
+    def __call__(self, device_key: str) -> ConfigSpace:
+        if device_key not in self._spaces:
+            device = recorded_device(self._source, device_key)
+            self._spaces[device_key] = self._template.space(self._workload, device)
+        return self._spaces[device_key]
 
 
 def describe_match(match: BestMatch) -> str:
