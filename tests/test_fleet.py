@@ -145,6 +145,31 @@ def test_job_without_agents_is_queued_and_wait_timeout_fails_it(log):
         daemon.stop()
 
 
+def test_transfer_and_time_budget_reach_the_job_and_are_kept_for_resuming(log):
+    from tuner.daemon.jobs import _request_of
+
+    daemon = start_daemon(log)
+    try:
+        with FleetClient(daemon.address) as client:
+            plain = client.submit("matmul(M=2,N=2,K=1)", "nobody", target="sleep", trials=2, timing=FAST)
+            steered = client.submit("matmul(M=2,N=2,K=1)", "nobody", target="sleep", trials=2, timing=FAST,
+                                    transfer=False, time_budget_s=30.0)
+            requests = {job_id: daemon.jobs.get(job_id).request for job_id in (plain.job_id, steered.job_id)}
+            assert (requests[plain.job_id].transfer, requests[plain.job_id].time_budget_s) == (True, None)
+            assert (requests[steered.job_id].transfer, requests[steered.job_id].time_budget_s) == (False, 30.0)
+            stored = {record.id: _request_of(record) for record in log.jobs()}
+            assert stored[steered.job_id] == requests[steered.job_id]  # what a restarted daemon resumes
+            assert stored[plain.job_id] == requests[plain.job_id]
+            from measure_agent.protocol.errors import InvalidRequest
+
+            with pytest.raises(InvalidRequest, match="time budget must not be negative"):
+                client.submit("matmul(M=2,N=2,K=1)", "nobody", target="sleep", time_budget_s=-1.0)
+            for job_id in requests:
+                client.cancel(job_id)
+    finally:
+        daemon.stop()
+
+
 def test_invalid_requests_get_clear_errors(log):
     from measure_agent.protocol.errors import InvalidRequest, NotFound
 

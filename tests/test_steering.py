@@ -105,6 +105,18 @@ def test_only_matching_agents_lease_a_targeted_job():
     assert len(scheduler.lease(wide.agent_id, 4, 0)) == 1
 
 
+def test_wait_timeout_counts_only_agents_that_meet_the_target():
+    now = [100.0]
+    scheduler = Scheduler(heartbeat_interval_s=1, agent_timeout_s=50, clock=lambda: now[0])
+    scheduler.register("k", "avx2", None, {"isa_features": ["avx2"]}, parallel=1)
+    needs = parse_target("llvm -mattr=+avx512f").matches
+    now[0] = 110.0
+    assert scheduler.seconds_without_agents("k", 100.0) == 0.0  # the key has an agent...
+    assert scheduler.seconds_without_agents("k", 100.0, needs) == 10.0  # ...but none that can serve the job
+    scheduler.register("k", "avx512", None, {"isa_features": ["avx2", "avx512f"]}, parallel=1)
+    assert scheduler.seconds_without_agents("k", 100.0, needs) == 0.0
+
+
 def test_a_job_no_registered_agent_can_serve_says_so(tmp_path):
     with TuningLog(f"sqlite:///{tmp_path / 't.db'}") as log:
         daemon = start_daemon(log)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 
 from measure_agent.protocol.errors import FleetError, InvalidRequest
 from tuner.cli.common import (
@@ -103,24 +102,9 @@ def run_status(args: argparse.Namespace) -> int:
 
 def run_wait(args: argparse.Namespace) -> int:
     with fleet_client(args) as client:
-        status = _fleet_call(lambda: _first_status(client, args.job))
+        status = _fleet_call(lambda: client.job_when_reachable(args.job))
         final = watch_with_progress(client, status)
     return print_summary(final)
-
-
-def _first_status(client, job_id: int, reconnect_s: float = 600.0):
-    """The job's status, waiting through a daemon outage (it may be restarting) as ``watch`` does."""
-    from measure_agent.protocol.errors import Unavailable
-
-    deadline, backoff = time.monotonic() + reconnect_s, 0.25
-    while True:
-        try:
-            return client.job(job_id)
-        except Unavailable:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(backoff)
-            backoff = min(5.0, backoff * 2)
 
 
 def run_cancel(args: argparse.Namespace) -> int:

@@ -15,7 +15,7 @@ def submit_arguments(workload: Workload, device_key: str, args: argparse.Namespa
     return dict(workload=workload.key, device_key=device_key, target=args.target, strategy=args.strategy,
                 trials=args.trials, seed=args.seed, early_stopping=args.early_stopping, priority=args.priority,
                 timing=timing, wait_timeout_s=args.wait_timeout, pins=tuple(args.pin),
-                constraints=tuple(args.constraint))
+                constraints=tuple(args.constraint), transfer=args.transfer, time_budget_s=args.time_budget)
 
 
 def gflops_of(status, seconds: float | None) -> float | None:

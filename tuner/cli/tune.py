@@ -38,6 +38,11 @@ def add_job_arguments(p: argparse.ArgumentParser) -> None:
                    "(default 64); re-running the same command resumes")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--early-stopping", type=positive_int, metavar="N", help="stop after N trials without improvement")
+    p.add_argument("--time-budget", type=positive_float, metavar="SECONDS",
+                   help="propose no new candidates after this much wall time (what is in flight is finished and "
+                   "recorded); re-running resumes")
+    p.add_argument("--no-transfer", dest="transfer", action="store_false",
+                   help="do not start from the log's records of other shapes and devices of the operator")
     p.add_argument("--number", type=positive_int, default=1, help="calls per timed repeat (default 1)")
     p.add_argument("--repeat", type=positive_int, default=3, help="timed repeats (default 3)")
     p.add_argument("--min-repeat-ms", type=non_negative_float, default=50.0,

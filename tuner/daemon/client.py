@@ -33,11 +33,12 @@ class FleetClient:
     def submit(self, workload: str, device_key: str, *, target: str = "cpu", strategy: str = "xgb",
                trials: int = 64, seed: int = 0, early_stopping: int | None = None, priority: int = 0,
                timing: TimingConfig | None = None, wait_timeout_s: float = 0.0, pins: tuple[str, ...] = (),
-               constraints: tuple[str, ...] = (), family: str = "") -> pb.JobStatus:
+               constraints: tuple[str, ...] = (), family: str = "", transfer: bool = True,
+               time_budget_s: float | None = None) -> pb.JobStatus:
         spec = pb.JobSpec(workload=workload, device_key=device_key, target=target, strategy=strategy, trials=trials,
                           seed=seed, early_stopping=early_stopping or 0, priority=priority,
                           wait_timeout_s=wait_timeout_s, pins=list(pins), constraints=list(constraints),
-                          family=family)
+                          family=family, no_transfer=not transfer, time_budget_s=time_budget_s or 0.0)
         if timing is not None:
             spec.timing.CopyFrom(timing_to_proto(timing))
         return self._call(self._stub.SubmitJob, spec)
@@ -69,11 +70,11 @@ class FleetClient:
         When the daemon goes away (restart, crash) the watch reconnects with capped exponential
         backoff for up to ``reconnect_s`` seconds of outage, then raises :class:`Unavailable`.
         """
-        backoff, outage_started = 0.25, None
+        outage = _Outage(self.address, reconnect_s)
         while True:
             try:
                 for status in self._stub.WatchJob(pb.JobRef(job_id=job_id), metadata=self._metadata):
-                    outage_started, backoff = None, 0.25
+                    outage.over()
                     yield status
                     if status.state in ("done", "failed", "cancelled"):
                         return
@@ -82,12 +83,16 @@ class FleetClient:
                 error = from_rpc_error(exc)
                 if not isinstance(error, Unavailable) and exc.code() != grpc.StatusCode.CANCELLED:
                     raise error from None
-            now = time.monotonic()
-            outage_started = outage_started or now
-            if now - outage_started > reconnect_s:
-                raise Unavailable(f"daemon at {self.address} unreachable for {reconnect_s:g} s")
-            time.sleep(backoff)
-            backoff = min(5.0, backoff * 2)
+            outage.wait()
+
+    def job_when_reachable(self, job_id: int, reconnect_s: float = 600.0) -> pb.JobStatus:
+        """:meth:`job`, waiting through a daemon outage (it may be restarting) as :meth:`watch` does."""
+        outage = _Outage(self.address, reconnect_s)
+        while True:
+            try:
+                return self.job(job_id)
+            except Unavailable:
+                outage.wait()
 
     def close(self) -> None:
         self._channel.close()
@@ -97,3 +102,23 @@ class FleetClient:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class _Outage:
+    """Capped exponential backoff through a daemon outage of at most ``limit_s`` seconds."""
+
+    def __init__(self, address: str, limit_s: float) -> None:
+        self.address = address
+        self.limit_s = limit_s
+        self.over()
+
+    def over(self) -> None:
+        self._started, self._backoff = None, 0.25
+
+    def wait(self) -> None:
+        now = time.monotonic()
+        self._started = self._started or now
+        if now - self._started > self.limit_s:
+            raise Unavailable(f"daemon at {self.address} unreachable for {self.limit_s:g} s")
+        time.sleep(self._backoff)
+        self._backoff = min(5.0, self._backoff * 2)

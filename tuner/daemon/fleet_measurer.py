@@ -78,7 +78,8 @@ class FleetMeasurer(Measurer):
         if self.cancel.is_set():
             self.scheduler.cancel_job(self.job_id)
             raise MeasurementAborted("cancelled", job_status="cancelled")
-        waited = self.scheduler.seconds_without_agents(self.device_key, self._waiting_since or self.scheduler.now())
+        waited = self.scheduler.seconds_without_agents(self.device_key, self._waiting_since or self.scheduler.now(),
+                                                       self.requirement)
         if self.wait_timeout_s and waited > self.wait_timeout_s:
             self.scheduler.cancel_job(self.job_id)
             raise MeasurementAborted(f"no agent of key {self.device_key!r} for {self.wait_timeout_s:g} s (--wait-timeout)")

@@ -41,6 +41,8 @@ class JobRequest:
     wait_timeout_s: float = 0.0
     pins: tuple[tuple[str, str], ...] = ()
     constraints: tuple[str, ...] = ()
+    transfer: bool = True  # start from the log's records of other workloads and devices
+    time_budget_s: float | None = None  # wall time of one run of the job (restarts when it resumes)
 
     @property
     def target_spec(self) -> TargetSpec:
@@ -49,7 +51,8 @@ class JobRequest:
 
 def validate_request(workload: str, device_key: str, target: str, strategy: str, trials: int, seed: int,
                      early_stopping: int, priority: int, timing: TimingConfig | None, wait_timeout_s: float,
-                     catalog: TemplateCatalog, pins: Sequence[str] = (), constraints: Sequence[str] = ()) -> JobRequest:
+                     catalog: TemplateCatalog, pins: Sequence[str] = (), constraints: Sequence[str] = (),
+                     transfer: bool = True, time_budget_s: float = 0.0) -> JobRequest:
     """A :class:`JobRequest` from raw fields; raises :class:`InvalidRequest` naming the problem."""
     try:
         parsed = parse_workload(workload)
@@ -66,12 +69,13 @@ def validate_request(workload: str, device_key: str, target: str, strategy: str,
         raise InvalidRequest(f"unknown strategy {strategy!r}; choose from {', '.join(STRATEGIES)}")
     if not 1 <= trials <= MAX_TRIALS:
         raise InvalidRequest(f"trials must be between 1 and {MAX_TRIALS}")
-    if early_stopping < 0 or wait_timeout_s < 0:
-        raise InvalidRequest("early stopping and wait timeout must not be negative")
+    if early_stopping < 0 or wait_timeout_s < 0 or time_budget_s < 0:
+        raise InvalidRequest("early stopping, wait timeout and time budget must not be negative")
     if not -1000 <= priority <= 1000:
         raise InvalidRequest("priority must be between -1000 and 1000")
     return JobRequest(parsed, device_key, spec.text, strategy, trials, seed, early_stopping or None,
-                      priority, timing or TimingConfig(), wait_timeout_s, pairs, tuple(constraints))
+                      priority, timing or TimingConfig(), wait_timeout_s, pairs, tuple(constraints),
+                      transfer=transfer, time_budget_s=time_budget_s or None)
 
 
 @dataclass(frozen=True)
@@ -116,6 +120,7 @@ def _options_of(request: JobRequest, template_version: str) -> dict:
         "priority": request.priority, "wait_timeout_s": request.wait_timeout_s,
         "template_version": template_version, "target": request.target,
         "pins": [f"{k}={v}" for k, v in request.pins], "constraints": list(request.constraints),
+        "transfer": request.transfer, "time_budget_s": request.time_budget_s,
         "timing": {"number": t.number, "repeat": t.repeat, "min_repeat_ms": t.min_repeat_ms, "warmup": t.warmup,
                    "build_timeout_s": t.build_timeout_s, "run_timeout_s": t.run_timeout_s},
     }
@@ -131,6 +136,7 @@ def _request_of(record: JobRecord) -> JobRequest:
         early_stopping=options.get("early_stopping"), priority=int(options.get("priority", 0)),
         timing=TimingConfig(**options["timing"]) if "timing" in options else TimingConfig(),
         wait_timeout_s=float(options.get("wait_timeout_s", 0.0)),
+        transfer=bool(options.get("transfer", True)), time_budget_s=options.get("time_budget_s"),
     )
 
 
@@ -199,12 +205,12 @@ class JobManager:
         except (NotFoundError, WorkloadError, ValueError, KeyError, TypeError):
             raise NotFound(f"no job {job_id} in this daemon") from None
         key = (record.workload_key, record.device_key, record.target)
-        trials = self.log.trials(workload_key=key[0], device_key=key[1], target=key[2])
         best = self.log.best(*key, top=1)
+        of_job = self.log.trials(job_id=job_id)
         return JobSnapshot(
             job_id=job_id, state=record.status, request=request, created_at=record.created_at.timestamp(),
-            done=len(trials), measured_now=sum(1 for t in trials if t.job_id == job_id),
-            errors=sum(1 for t in trials if t.job_id == job_id and t.status != "ok"),
+            done=self.log.count_trials(*key), measured_now=len(of_job),
+            errors=sum(1 for t in of_job if t.status != "ok"),
             best_mean_s=best[0].mean_s if best else None, best_config=best[0].config if best else None,
         )
 
@@ -283,7 +289,8 @@ class JobManager:
 
         options = TuneOptions(trials=request.trials, strategy=request.strategy, seed=request.seed,
                               early_stopping=request.early_stopping, target=target.family,
-                              pins=request.pins, constraints=request.constraints)
+                              pins=request.pins, constraints=request.constraints,
+                              transfer=request.transfer, time_budget_s=request.time_budget_s)
         try:
             tuning = TuningJob(request.workload, measurer, self.log, self.catalog, options,
                                on_progress=on_progress, job_id=job.snapshot.job_id)

@@ -140,12 +140,18 @@ class Scheduler:
             return sum(1 for a in self._agents.values()
                        if a.key == key and (requirement is None or requirement(a.device_info)))
 
-    def seconds_without_agents(self, key: str, since: float) -> float:
-        """How long ``key`` has had no live agent (0 while it has one), counting from ``since``."""
+    def seconds_without_agents(self, key: str, since: float,
+                               requirement: Callable[[dict], bool] | None = None) -> float:
+        """How long ``key`` has had no live agent that meets ``requirement`` (0 while it has one),
+        counting from ``since``. Without a requirement, an agent of the key seen after ``since``
+        restarts the count; with one, the count runs from ``since``, the start of the wait."""
         with self._lock:
             self._expire_dead_agents()
-            if any(a.key == key for a in self._agents.values()):
+            if any(a.key == key and (requirement is None or requirement(a.device_info))
+                   for a in self._agents.values()):
                 return 0.0
+            if requirement is not None:
+                return self._clock() - since
             return self._clock() - max(since, self._key_last_seen.get(key, since))
 
     def now(self) -> float:

@@ -123,6 +123,7 @@ class ClientService(pb_grpc.ClientServiceServicer):
                 request.workload, request.device_key, request.target, request.strategy or "xgb", request.trials,
                 request.seed, request.early_stopping, request.priority, timing, request.wait_timeout_s, self.catalog,
                 pins=tuple(request.pins), constraints=tuple(request.constraints),
+                transfer=not request.no_transfer, time_budget_s=request.time_budget_s,
             )
         except ValueError as exc:  # timing out of bounds
             abort(context, InvalidRequest(str(exc)))
@@ -220,7 +221,7 @@ def _measure_configs(service: "ClientService", request: pb.MeasureRequest, conte
             generation = service.scheduler.generation
             if not context.is_active():
                 return pb.MeasureReply()
-            waited = service.scheduler.seconds_without_agents(request.device_key, since)
+            waited = service.scheduler.seconds_without_agents(request.device_key, since, requirement)
             if request.wait_timeout_s and waited > request.wait_timeout_s:
                 abort(context, Unavailable(f"no agent of key {request.device_key!r} for {request.wait_timeout_s:g} s"))
             if batch.remaining:

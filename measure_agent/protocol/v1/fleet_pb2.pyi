@@ -168,7 +168,7 @@ class LeaveReply(_message.Message):
     def __init__(self) -> None: ...
 
 class JobSpec(_message.Message):
-    __slots__ = ("workload", "target", "device_key", "strategy", "trials", "seed", "early_stopping", "priority", "timing", "wait_timeout_s", "pins", "constraints", "family")
+    __slots__ = ("workload", "target", "device_key", "strategy", "trials", "seed", "early_stopping", "priority", "timing", "wait_timeout_s", "pins", "constraints", "family", "no_transfer", "time_budget_s")
     WORKLOAD_FIELD_NUMBER: _ClassVar[int]
     TARGET_FIELD_NUMBER: _ClassVar[int]
     DEVICE_KEY_FIELD_NUMBER: _ClassVar[int]
@@ -182,6 +182,8 @@ class JobSpec(_message.Message):
     PINS_FIELD_NUMBER: _ClassVar[int]
     CONSTRAINTS_FIELD_NUMBER: _ClassVar[int]
     FAMILY_FIELD_NUMBER: _ClassVar[int]
+    NO_TRANSFER_FIELD_NUMBER: _ClassVar[int]
+    TIME_BUDGET_S_FIELD_NUMBER: _ClassVar[int]
     workload: str
     target: str
     device_key: str
@@ -195,7 +197,9 @@ class JobSpec(_message.Message):
     pins: _containers.RepeatedScalarFieldContainer[str]
     constraints: _containers.RepeatedScalarFieldContainer[str]
     family: str
-    def __init__(self, workload: _Optional[str] = ..., target: _Optional[str] = ..., device_key: _Optional[str] = ..., strategy: _Optional[str] = ..., trials: _Optional[int] = ..., seed: _Optional[int] = ..., early_stopping: _Optional[int] = ..., priority: _Optional[int] = ..., timing: _Optional[_Union[Timing, _Mapping]] = ..., wait_timeout_s: _Optional[float] = ..., pins: _Optional[_Iterable[str]] = ..., constraints: _Optional[_Iterable[str]] = ..., family: _Optional[str] = ...) -> None: ...
+    no_transfer: bool
+    time_budget_s: float
+    def __init__(self, workload: _Optional[str] = ..., target: _Optional[str] = ..., device_key: _Optional[str] = ..., strategy: _Optional[str] = ..., trials: _Optional[int] = ..., seed: _Optional[int] = ..., early_stopping: _Optional[int] = ..., priority: _Optional[int] = ..., timing: _Optional[_Union[Timing, _Mapping]] = ..., wait_timeout_s: _Optional[float] = ..., pins: _Optional[_Iterable[str]] = ..., constraints: _Optional[_Iterable[str]] = ..., family: _Optional[str] = ..., no_transfer: bool = ..., time_budget_s: _Optional[float] = ...) -> None: ...
 
 class JobRef(_message.Message):
     __slots__ = ("job_id",)
