@@ -43,6 +43,28 @@ def start_agents(address: str, key: str, count: int, cache_dir: str) -> list[sub
     ]
 
 
+def tree_cpu_seconds(roots: list[int]) -> float:
+    """CPU seconds (user + system) used so far by the processes under ``roots`` (the agents and
+    their build and run workers), from /proc; 0 where /proc is missing."""
+    ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    parent, cpu = {}, {}
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parent[int(entry.name)] = int(fields[1])
+        cpu[int(entry.name)] = (int(fields[11]) + int(fields[12])) / ticks
+    wanted, total = set(roots), 0.0
+    for pid in cpu:
+        p = pid
+        while p > 1 and p not in wanted:
+            p = parent.get(p, 0)
+        if p in wanted:
+            total += cpu[pid]
+    return total
+
+
 def run_one(agents: int, per_agent: int, sleep_ms: int, workdir: str) -> dict:
     log = TuningLog(f"sqlite:///{workdir}/fleet-{agents}.db")
     daemon = Daemon(log, "127.0.0.1:0", catalog=testing_catalog(), heartbeat_interval_s=2.0,
@@ -64,6 +86,7 @@ def run_one(agents: int, per_agent: int, sleep_ms: int, workdir: str) -> dict:
                 pass
             start = time.perf_counter()
             cpu_start = time.process_time()  # this process is the daemon (plus the watching client)
+            agents_cpu_start = tree_cpu_seconds([p.pid for p in processes])
             job = client.submit(f"matmul(M=2,N=2,K={sleep_ms // 2})", key, target="sleep", strategy="random",
                                 trials=candidates, seed=2, timing=TimingConfig(repeat=1, warmup=1))
             final = None
@@ -71,6 +94,7 @@ def run_one(agents: int, per_agent: int, sleep_ms: int, workdir: str) -> dict:
                 pass
             wall = time.perf_counter() - start
             daemon_cpu = time.process_time() - cpu_start
+            agents_cpu = tree_cpu_seconds([p.pid for p in processes]) - agents_cpu_start
         assert final is not None and final.state == "done" and final.done == candidates, final
         ideal = candidates * (sleep_ms / 1000.0) / agents
         return {
@@ -82,6 +106,7 @@ def run_one(agents: int, per_agent: int, sleep_ms: int, workdir: str) -> dict:
             "efficiency": ideal / wall,
             "overhead_ms": (wall * agents / candidates - sleep_ms / 1000.0) * 1000.0,
             "daemon_cpu_ms": daemon_cpu / candidates * 1000.0,
+            "agents_cpu_ms": agents_cpu / candidates * 1000.0,
         }
     finally:
         for p in processes:
@@ -108,12 +133,18 @@ def main() -> int:
     print(f"\nFleet throughput, {args.sleep_ms} ms candidates, {args.per_agent} per agent, loopback, "
           f"{os.cpu_count()} CPU cores")
     print(f"{'agents':>6} {'candidates':>10} {'wall s':>8} {'ideal s':>8} {'cand/s':>8} {'efficiency':>10} "
-          f"{'overhead ms/cand':>16} {'daemon CPU ms/cand':>18}")
+          f"{'overhead ms/cand':>16} {'daemon CPU ms/cand':>18} {'agent CPU ms/cand':>17} {'CPU-bound cand/s':>16}")
+    cores = os.cpu_count() or 1
     for r in rows:
+        # what this machine's cores can sustain at the measured CPU cost of a candidate, all processes
+        bound = cores * 1000.0 / max(r["daemon_cpu_ms"] + r["agents_cpu_ms"], 1e-9)
         print(f"{r['agents']:>6} {r['candidates']:>10} {r['wall_s']:>8.2f} {r['ideal_s']:>8.2f} "
-              f"{r['throughput']:>8.1f} {r['efficiency']:>9.1%} {r['overhead_ms']:>16.2f} {r['daemon_cpu_ms']:>18.2f}")
-    print("Agents, their workers and the daemon share this machine's cores: past a few agents the run is\n"
-          "CPU-bound here. Daemon CPU per candidate bounds a real fleet's throughput at 1000 / that value.")
+              f"{r['throughput']:>8.1f} {r['efficiency']:>9.1%} {r['overhead_ms']:>16.2f} {r['daemon_cpu_ms']:>18.2f} "
+              f"{r['agents_cpu_ms']:>17.2f} {bound:>16.0f}")
+    print(f"Agents, their workers and the daemon share this machine's {cores} cores. The ideal for N agents is\n"
+          f"N * {1000 // args.sleep_ms} candidates/s; where that exceeds 'CPU-bound cand/s' (cores / CPU per candidate of\n"
+          "all processes), the run is bound by this machine, not by waiting. On a real fleet each agent has\n"
+          "its own host and the daemon's CPU per candidate bounds throughput at 1000 / that value.")
     return 0
 
 

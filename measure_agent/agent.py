@@ -1,8 +1,9 @@
 """The measurement agent: joins a daemon under a device key and measures what it leases.
 
 The agent dials out (devices behind NAT can join), registers its capabilities and template version,
-then loops: lease candidates, measure them with the engine, report. A heartbeat thread keeps it
-known. When the daemon is unreachable the agent retries with capped exponential backoff and
+then loops: lease candidates, measure them with the engine, report. It keeps its device busy: the
+next batch is leased (and, for kernels not timed on the host CPU, built) while this one runs, and
+results are reported in the background. A heartbeat thread keeps it known. When the daemon is unreachable the agent retries with capped exponential backoff and
 registers again by itself; when the daemon no longer knows it (restart, or it was presumed dead)
 it registers again. ``stop()`` (SIGTERM in the CLI) finishes the batch in flight, reports it and
 leaves.
@@ -14,6 +15,7 @@ import json
 import logging
 import socket
 import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import grpc
@@ -60,6 +62,9 @@ class Agent:
         self._stub = pb_grpc.AgentServiceStub(self._channel)
         self.measured = 0
         self.registrations = 0
+        self._next: Future | None = None  # the next batch, leased (and maybe built) ahead
+        self._ahead = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tunefleet-lease-ahead")
+        self._reporter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tunefleet-report")
 
     # -- lifecycle --------------------------------------------------------------------------
     def stop(self) -> None:
@@ -91,8 +96,11 @@ class Agent:
                     self._stop.wait(backoff)
                     backoff = min(self.max_backoff_s, backoff * 2)
         finally:
+            self._drop_next()
+            self._reporter.shutdown(wait=True)  # results already measured are delivered first
             self._leave()
             self._left.set()
+            self._ahead.shutdown(wait=True)
             self.engine.close()
             self._channel.close()
 
@@ -127,21 +135,48 @@ class Agent:
         logger.info("joined %s as %s under key %s", self.tracker, self.name, self.key)
 
     def _serve_one_batch(self) -> None:
+        """Run one leased batch while the next is leased (and built where allowed) ahead."""
         agent_id = self._agent_id
-        reply = self._rpc(self._stub.Lease, pb.LeaseRequest(agent_id=agent_id, max_candidates=2 * self.parallel,
+        if self._next is not None:
+            next_batch, self._next = self._next, None
+            batch = next_batch.result()  # its RPC errors surface here, handled by run()
+        else:
+            batch = self._lease_and_prepare(agent_id, build=True)
+        if batch is None:
+            return
+        batch_agent, candidates, prepared, groups = batch
+        if not candidates:
+            return
+        if batch_agent != self._agent_id:
+            return  # leased under an earlier registration: those leases went back to the queue
+        if not self._stop.is_set():
+            overlap = all(self.engine.builds_may_overlap_runs([i for _, i in items]) for _, items in groups)
+            self._next = self._ahead.submit(self._lease_and_prepare, agent_id, overlap)
+        measurements = self._run(candidates, prepared, groups)
+        self._reporter.submit(self._report, agent_id, measurements)
+
+    def _lease_and_prepare(self, agent_id: str | None, build: bool):
+        """(agent id, candidates, prepared, groups) of a new lease, built when ``build``; None when
+        the daemon no longer knows this agent."""
+        reply = self._rpc(self._stub.Lease, pb.LeaseRequest(agent_id=agent_id, max_candidates=self.parallel,
                                                             wait_s=self.lease_wait_s), self.lease_wait_s + 10.0)
         if not reply.known:
             logger.info("daemon does not know this agent any more; registering again")
-            self._agent_id = None
-            return
-        if not reply.candidates:
-            return
-        measurements = self._measure(reply.candidates)
-        self._report(agent_id, measurements)
+            if self._agent_id == agent_id:
+                self._agent_id = None
+            return None
+        invalid, groups = self._parse(reply.candidates)
+        prepared = {}
+        if build:
+            for timing, items in groups.items():
+                for (lease_id, _), p in zip(items, self.engine.prepare([i for _, i in items], timing=timing)):
+                    prepared[lease_id] = p
+        return agent_id, list(reply.candidates), (invalid, prepared), list(groups.items())
 
-    def _measure(self, candidates) -> list[pb.Measurement]:
-        out: dict[str, pb.Measurement] = {}
-        groups: dict[tuple, list[tuple[str, MeasureInput]]] = {}
+    def _parse(self, candidates):
+        """({lease id: invalid-config measurement}, {timing: [(lease id, MeasureInput)]})."""
+        invalid: dict[str, pb.Measurement] = {}
+        groups: dict[TimingConfig, list[tuple[str, MeasureInput]]] = {}
         for candidate in candidates:
             try:
                 timing = timing_from_proto(candidate.timing)
@@ -149,16 +184,32 @@ class Agent:
                 config = self.engine.catalog.space(workload, candidate.target, self.device).from_json(
                     json.loads(candidate.config_json))
             except (ValueError, WorkloadError, ConfigError, TemplateNotFound) as exc:
-                out[candidate.lease_id] = result_to_proto(
+                invalid[candidate.lease_id] = result_to_proto(
                     candidate.lease_id, MeasureResult(MeasureStatus.INVALID_CONFIG, message=str(exc)))
                 continue
             groups.setdefault(timing, []).append((candidate.lease_id, MeasureInput(workload, config, candidate.target)))
-        for timing, items in groups.items():
-            results = self.engine.measure([item for _, item in items], timing=timing)
-            for (lease_id, _), result in zip(items, results):
+        return invalid, groups
+
+    def _run(self, candidates, prepared, groups) -> list[pb.Measurement]:
+        invalid, built = prepared
+        out = dict(invalid)
+        for timing, items in groups:
+            ready = [built.get(lease_id) for lease_id, _ in items]
+            if any(p is None for p in ready):  # not built ahead: build now, then run
+                ready = self.engine.prepare([item for _, item in items], timing=timing)
+            for (lease_id, _), result in zip(items, self.engine.run(ready, timing=timing)):
                 out[lease_id] = result_to_proto(lease_id, result)
         self.measured += len(out)
         return [out[c.lease_id] for c in candidates]
+
+    def _drop_next(self) -> None:
+        """Stopping: wait for a lease in progress; its candidates go back to the queue when we leave."""
+        if self._next is not None:
+            try:
+                self._next.result()
+            except Exception:  # noqa: BLE001 - an RPC error of a batch we will not run
+                pass
+            self._next = None
 
     def _report(self, agent_id: str, measurements: list[pb.Measurement]) -> None:
         """Deliver results; keep trying through short outages (a stale lease is simply rejected)."""

@@ -3,6 +3,7 @@
 import pytest
 
 from measure_agent.engine import MeasureEngine, MeasureInput, MeasureStatus, TimingConfig
+from measure_agent.space import Config
 from measure_agent.templates import testing_catalog as fault_catalog
 from measure_agent.workload import parse_workload
 
@@ -77,3 +78,14 @@ def test_build_timeout(tmp_path):
     with MeasureEngine(timing, catalog="testing", cache_dir=tmp_path) as e:
         [result] = e.measure([candidate("ok", variant=7)])
     assert result.status is MeasureStatus.BUILD_TIMEOUT
+
+
+def test_prepare_then_run_equals_measure_and_overlap_only_off_the_host_cpu(engine):
+    items = [candidate("ok", variant=v) for v in (1, 2)] + [candidate("compile_error")]
+    prepared = engine.prepare(items)
+    assert [p.failed is None for p in prepared] == [True, True, False]
+    results = engine.run(prepared)
+    assert [r.status for r in results] == [MeasureStatus.OK, MeasureStatus.OK, MeasureStatus.COMPILE_ERROR]
+    sleeping = MeasureInput(parse_workload("matmul(M=2,N=2,K=1)"), Config((("variant", 0),)), "sleep")
+    assert engine.builds_may_overlap_runs([sleeping])  # a sleep is not disturbed by a build elsewhere
+    assert not engine.builds_may_overlap_runs([sleeping, items[0]])  # a CPU kernel's timing would be

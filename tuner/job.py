@@ -31,7 +31,7 @@ class TuneOptions:
     strategy: str = "xgb"
     seed: int = 0
     early_stopping: int | None = None  # stop after this many trials without improvement
-    batch_size: int | None = None  # default: twice the measurer's parallelism, at least 4
+    batch_size: int | None = None  # candidates in flight; default: three times the parallelism, at least 4
     target: str = "cpu"  # the template family
     pins: tuple[tuple[str, str], ...] = ()  # (knob, raw value) fixed by the user
     constraints: tuple[str, ...] = ()  # expressions every measured config satisfies
@@ -135,12 +135,15 @@ class TuningJob:
         final_status: str | None = "failed"
         try:
             while True:
-                # Keep about `window` candidates in flight (twice the parallelism: agents fetch their
-                # next candidates while measuring); refill when half have come back, so the strategy
-                # proposes in chunks. A fleet's parallelism changes as agents come and go.
-                window = opts.batch_size or max(4, 2 * self.measurer.parallelism)
+                # Keep about `window` candidates in flight: agents hold up to twice their
+                # parallelism (one batch measuring, the next leased ahead), plus a queue for the
+                # agent that asks next. Refill in chunks of half the parallelism so the strategy
+                # proposes in batches. A fleet's parallelism changes as agents come and go.
+                parallelism = self.measurer.parallelism
+                window = opts.batch_size or max(4, 3 * parallelism)
+                chunk = window // 2 if opts.batch_size else max(1, parallelism // 2)
                 room = min(window - len(in_flight), opts.trials - len(measured) - len(in_flight))
-                if not stopped_early and room > 0 and len(in_flight) <= window // 2:
+                if not stopped_early and room > 0 and len(in_flight) <= window - chunk:
                     batch: list[Config] = []
                     if pending_default:
                         batch.append(self.default_config)

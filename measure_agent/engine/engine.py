@@ -1,8 +1,12 @@
 """The measurement engine: validate, build in parallel, run one at a time, return typed results.
 
 This is the code every agent runs, remote or embedded in ``tuner tune``. Builds of a batch run in
-``build_workers`` processes at once; runs happen afterwards, one at a time in a single run worker,
-so no compile or other kernel disturbs a timing. Each failure is contained in its worker process.
+``build_workers`` processes at once; runs happen one at a time in a single run worker. Each
+failure is contained in its worker process.
+
+Two stages, :meth:`MeasureEngine.prepare` (validate and build) and :meth:`MeasureEngine.run`, so
+that an agent can build its next batch while it runs this one where that cannot disturb a timing
+(:meth:`MeasureEngine.builds_may_overlap_runs`); :meth:`MeasureEngine.measure` does both in turn.
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from __future__ import annotations
 import queue
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
@@ -21,8 +26,18 @@ from measure_agent.space import ConfigError
 from measure_agent.templates import TemplateNotFound, load_catalog
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """A candidate after :meth:`MeasureEngine.prepare`: built (``failed`` is None) or failed."""
+
+    item: MeasureInput
+    failed: MeasureResult | None = None
+    compile_time_s: float = 0.0
+
+
 class MeasureEngine:
-    """Measures candidates on this host. Thread-safe for one ``measure`` call at a time."""
+    """Measures candidates on this host. Thread-safe: one ``prepare`` and one ``run`` (or one
+    ``measure``) at a time, which may overlap each other."""
 
     def __init__(
         self,
@@ -44,7 +59,8 @@ class MeasureEngine:
             self._builders.put(worker)
         self._runner = WorkerProcess(catalog, self.cache_dir)
         self._pool = ThreadPoolExecutor(max_workers=build_workers, thread_name_prefix="tunefleet-build")
-        self._lock = threading.Lock()
+        self._build_lock = threading.Lock()
+        self._run_lock = threading.Lock()
 
     @property
     def template_version(self) -> str:
@@ -63,23 +79,37 @@ class MeasureEngine:
 
         ``timing`` overrides the engine's timing for this call (a fleet job brings its own).
         """
+        return self.run(self.prepare(items, timing), timing)
+
+    def prepare(self, items: Sequence[MeasureInput], timing: TimingConfig | None = None) -> list[Prepared]:
+        """Validate and build ``items`` (in parallel); never raises for a candidate's fault."""
         timing = timing or self.timing
-        with self._lock:
-            results: list[MeasureResult | None] = [None] * len(items)
-            to_build = []
-            for i, item in enumerate(items):
-                problem = self.validate(item)
-                if problem is not None:
-                    results[i] = MeasureResult(MeasureStatus.INVALID_CONFIG, message=problem)
-                else:
-                    to_build.append(i)
-            built = list(self._pool.map(lambda i: (i, self._build(items[i], timing)), to_build))
-            for i, build_result in built:
-                if build_result.status is not MeasureStatus.OK:
-                    results[i] = build_result
-                else:
-                    results[i] = self._run(items[i], build_result.compile_time_s, timing)
-            return [r for r in results if r is not None]
+
+        def build(item: MeasureInput) -> Prepared:
+            problem = self.validate(item)
+            if problem is not None:
+                return Prepared(item, MeasureResult(MeasureStatus.INVALID_CONFIG, message=problem))
+            result = self._build(item, timing)
+            if result.status is not MeasureStatus.OK:
+                return Prepared(item, result)
+            return Prepared(item, compile_time_s=result.compile_time_s)
+
+        with self._build_lock:
+            return list(self._pool.map(build, items))
+
+    def run(self, prepared: Sequence[Prepared], timing: TimingConfig | None = None) -> list[MeasureResult]:
+        """Time the built candidates one at a time; one result per candidate, in order."""
+        timing = timing or self.timing
+        with self._run_lock:
+            return [p.failed or self._run(p.item, p.compile_time_s, timing) for p in prepared]
+
+    def builds_may_overlap_runs(self, items: Sequence[MeasureInput]) -> bool:
+        """Whether building other candidates while these run leaves their timings alone: only when
+        no kernel is timed on this host's CPU (a GPU kernel, or the testing sleep kernel)."""
+        try:
+            return all(not self.catalog.get(item.workload.op, item.target).timed_on_host_cpu for item in items)
+        except TemplateNotFound:
+            return False
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)

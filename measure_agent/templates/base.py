@@ -53,6 +53,9 @@ class Template(ABC):
     op: str
     target: str
     version: str
+    # Whether a kernel's timing is the host CPU's: then an agent builds nothing while it times
+    # (a numba compile on another core skews a CPU timing); GPU kernels let builds overlap runs.
+    timed_on_host_cpu: bool = True
 
     @abstractmethod
     def space(self, workload: Workload, device: DeviceInfo | None = None) -> ConfigSpace:

@@ -30,8 +30,9 @@ class Measurer(ABC):
       :class:`MeasurementAborted` only when measuring as a whole cannot go on;
     - ``collect(timeout_s)`` returns what is ready, waiting up to ``timeout_s`` for the first
       result; it returns at once (possibly empty) when nothing is in flight;
-    - ``parallelism`` is how many candidates in flight keep the devices busy: the tuning loop keeps
-      about that many submitted.
+    - ``parallelism`` is how many candidates the devices measure at once (the agents' build
+      workers): the tuning loop keeps about three times that many submitted, so that every agent
+      can lease its next batch while it measures one.
     """
 
     device_key: str

@@ -50,6 +50,7 @@ VERSION = "1"
 
 class _DepthwiseCudaTemplate(Template):
     target = "cuda"
+    timed_on_host_cpu = False
     version = VERSION
     layout: str
     binding: dict[str, str]  # grid/thread dimension -> output axis

@@ -89,6 +89,7 @@ class GemmCudaTemplate(Template):
     """Base of the GEMM-shaped CUDA templates; subclasses say how their operator is a GEMM."""
 
     target = "cuda"
+    timed_on_host_cpu = False
     version = VERSION
 
     def view(self, workload: Workload) -> GemmView:  # pragma: no cover - abstract
