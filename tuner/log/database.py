@@ -88,6 +88,10 @@ def _configure_sqlite(engine: Engine) -> None:
             cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_S * 1000}")
             cursor.execute("PRAGMA foreign_keys = ON")
             cursor.execute("PRAGMA journal_mode = WAL")
+            # In WAL mode, NORMAL skips the fsync per commit: a committed result survives any crash
+            # of the daemon or agents; only an OS crash or power cut may lose the last commits, and
+            # the candidates they held are then measured again when the job resumes.
+            cursor.execute("PRAGMA synchronous = NORMAL")
         finally:
             cursor.close()
 
