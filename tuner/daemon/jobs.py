@@ -229,18 +229,24 @@ class JobManager:
             job.thread.join(timeout=10)
         return self.get(job_id)
 
-    def watch(self, job_id: int, poll_s: float = 1.0, is_active=lambda: True) -> Iterator[JobSnapshot]:
-        """Snapshots after every change (and every ``poll_s`` for queue counts) until the job ends."""
+    def watch(self, job_id: int, poll_s: float = 1.0, is_active=lambda: True,
+              min_interval_s: float = 0.1) -> Iterator[JobSnapshot]:
+        """Snapshots after every change (and every ``poll_s`` for queue counts) until the job ends,
+        at most one per ``min_interval_s``: a large fleet reports hundreds of results a second, and
+        a watcher needs the latest state, not each step."""
         last = None
         while is_active():
             snapshot = self.get(job_id)
             if snapshot != last:
                 yield snapshot
                 last = snapshot
+                if not snapshot.finished:
+                    time.sleep(min_interval_s)
             if snapshot.finished:
                 return
             with self._changed:
-                self._changed.wait(poll_s)
+                if self._latest_version(job_id) == snapshot.version:
+                    self._changed.wait(poll_s)
 
     def shutdown(self) -> None:
         """Interrupt every running job: its results so far are in the log, and it stays ``running``
@@ -267,6 +273,10 @@ class JobManager:
                 message = (f"no registered agent of key {key} matches target {target.text!r}; "
                            "it waits for one that does")
         return replace(snapshot, queued=queued, leased=leased, state=state, message=message)
+
+    def _latest_version(self, job_id: int) -> int | None:
+        job = self._jobs.get(job_id)
+        return job.snapshot.version if job is not None else None
 
     def _update(self, job: _Job, **changes) -> None:
         with self._changed:

@@ -28,6 +28,7 @@ failing when a read lock cannot be upgraded.
 from __future__ import annotations
 
 import json
+import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
@@ -98,6 +99,9 @@ class TuningLog:
 
         self._display_url = _redact(url)
         self._closed = False
+        # Row ids of workloads, devices and jobs seen in committed transactions: such rows are never
+        # deleted or re-keyed, so recording a trial need not look them up again.
+        self._committed_ids = _CommittedIds()
         path = sqlite_path(url) if not create else None
         if path is not None and not path.exists():  # do not leave an empty file behind
             raise TuningLogError(SchemaState(self._display_url, MISSING, None, head_revision()).refusal())
@@ -312,7 +316,9 @@ class TuningLog:
             ids = _IdCache(self, conn)
             for key, info_text in infos.items():
                 ids.device(key, info_text, replace=replace_device_info)
-            return sum(self._insert_trial(conn, ids, record) for record in records)
+            inserted = sum(self._insert_trial(conn, ids, record) for record in records)
+        self._committed_ids.merge(ids)  # only now: a rolled-back transaction's new ids never existed
+        return inserted
 
     def measured_digests(self, workload_key: str, device_key: str, target: str) -> set[str]:
         """Digests of every config recorded for this workload, device and target, whatever its status."""
@@ -614,15 +620,32 @@ class TuningLog:
         ]
 
 
+class _CommittedIds:
+    def __init__(self) -> None:
+        self.workloads: dict[str, int] = {}
+        self.devices: dict[str, int] = {}
+        self.jobs: dict[int, tuple[int, int, str]] = {}
+        self._lock = threading.Lock()
+
+    def snapshot(self) -> tuple[dict, dict, dict]:
+        with self._lock:
+            return dict(self.workloads), dict(self.devices), dict(self.jobs)
+
+    def merge(self, ids: "_IdCache") -> None:
+        with self._lock:
+            self.workloads.update(ids._workloads)
+            self.devices.update(ids._devices)
+            self.jobs.update(ids._jobs)
+
+
 class _IdCache:
-    """Row ids of workloads, devices and jobs within one write transaction, created as needed."""
+    """Row ids of workloads, devices and jobs within one write transaction, created as needed
+    (starting from those of committed transactions)."""
 
     def __init__(self, log: TuningLog, conn: Connection) -> None:
         self._log = log
         self._conn = conn
-        self._workloads: dict[str, int] = {}
-        self._devices: dict[str, int] = {}
-        self._jobs: dict[int, tuple[int, int, str]] = {}
+        self._workloads, self._devices, self._jobs = log._committed_ids.snapshot()
 
     def workload(self, key: str) -> int:
         if key not in self._workloads:
