@@ -71,7 +71,12 @@ class Scheduler:
         self.heartbeat_interval_s = heartbeat_interval_s
         self.agent_timeout_s = agent_timeout_s
         self._clock = clock
-        self._lock = threading.Condition()
+        # One mutex, two kinds of waiters: job threads and watchers wait on ``_lock`` for any
+        # change; agents' lease calls wait on their key's ``_work`` condition, woken only when
+        # candidates of that key are queued (not by each of hundreds of results a second).
+        self._mutex = threading.Lock()
+        self._lock = threading.Condition(self._mutex)
+        self._work: dict[str, threading.Condition] = {}
         self._agents: dict[str, AgentState] = {}
         self._queues: dict[str, dict[int, deque[Candidate]]] = {}
         self._leases: dict[str, Candidate] = {}
@@ -171,6 +176,7 @@ class Scheduler:
             queue = self._queues.setdefault(key, {}).setdefault(job_id, deque())
             queue.extend(Candidate(batch, i, priority) for i in range(len(items)))
             self._notify()
+            self._work_queued(key)
         return batch
 
     @property
@@ -244,7 +250,7 @@ class Scheduler:
                 remaining = deadline - self._clock()
                 if remaining <= 0:
                     return []
-                self._lock.wait(min(remaining, self.heartbeat_interval_s))
+                self._work_condition(agent.key).wait(min(remaining, self.heartbeat_interval_s))
 
     def report(self, agent_id: str, lease_id: str, result: MeasureResult) -> bool:
         """Record a result; False when the lease is not (or no longer) this agent's."""
@@ -269,6 +275,17 @@ class Scheduler:
     def _notify(self) -> None:
         self._generation += 1
         self._lock.notify_all()
+
+    def _work_condition(self, key: str) -> threading.Condition:
+        condition = self._work.get(key)
+        if condition is None:
+            condition = self._work[key] = threading.Condition(self._mutex)
+        return condition
+
+    def _work_queued(self, key: str) -> None:
+        condition = self._work.get(key)
+        if condition is not None:
+            condition.notify_all()
 
     def _take(self, agent: AgentState, n: int) -> list[Candidate]:
         queues = self._queues.get(agent.key, {})
@@ -309,5 +326,6 @@ class Scheduler:
             candidate.lease_id = candidate.agent_id = None
             queue = self._queues.setdefault(candidate.batch.key, {}).setdefault(candidate.batch.job_id, deque())
             queue.appendleft(candidate)
+            self._work_queued(candidate.batch.key)
         agent.leases.clear()
         self._notify()
