@@ -361,3 +361,22 @@ def test_catalog_has_every_cpu_template():
                "batch_matmul"):
         template = catalog.get(op, "cpu")
         assert template is not None and template.target == "cpu" and template.version == "1"
+
+
+def test_avx512_defaults_use_register_tiles_that_stay_in_registers():
+    """On AVX-512 (Zen 5, numba 0.68) tiles two vectors wide by 6 or 12 rows/columns, or one
+    vector wide, ran at 3-6 GFLOPS instead of 200-330: LLVM spilled them. Defaults must avoid them."""
+    wide = DeviceInfo("x86_64", "test", 2, ("avx2", "fma", "avx512f"))
+    catalog = default_catalog()
+    for text in ("matmul(M=512,N=512,K=512)", "batch_matmul(B=8,M=128,N=128,K=64)"):
+        w = parse_workload(text)
+        space = catalog.space(w, "cpu", wide)
+        config = catalog.get(w.op, "cpu").default_config(w, space)
+        assert (config["tile_m"][-1], config["tile_n"][-1]) == (8, 32), text
+    for text in ("conv2d_nchw(N=1,C=64,H=56,W=56,K=64,R=3,S=3,pad=1)", "conv2d_nchw(N=1,C=256,H=56,W=56,K=64,R=1,S=1)",
+                 "conv2d_nhwc(N=1,C=64,H=56,W=56,K=64,R=3,S=3,pad=1)", "conv2d_nchw(N=1,C=128,H=28,W=28,K=128,R=3,S=3,pad=1)"):
+        w = parse_workload(text)
+        space = catalog.space(w, "cpu", wide)
+        config = catalog.get(w.op, "cpu").default_config(w, space)
+        assert config["vector_axis"] == "k" and config["tile_k"][-1] == 32, text
+        assert config["tile_w"][-1] in (4, 5, 8, 10), text

@@ -40,7 +40,8 @@ from measure_agent.workload import Workload
 
 # Default register tile, MR rows x NR columns given in vectors: 12 accumulator vectors, the fastest
 # measured at 512^3 and 1024^3 on a 2-core Zen 3 (AVX2: float32 6 x 16, float64 3 x 16; float64
-# 6 x 8 spilled once LLVM unrolled its k loop, 3 x 16 did not).
+# 6 x 8 spilled once LLVM unrolled its k loop, 3 x 16 did not). With 32 registers (AVX-512) float32
+# takes VectorTarget.default_rows (8) rows instead: 6 x 32 spilled there.
 DEFAULT_TILE_VECTORS = {"float32": (6, 2), "float64": (3, 4)}
 # Cache blocks are multiples of the register tile: MC = (MC/MR) * MR, NC = (NC/NR) * NR.
 MC_TILES = (1, 2, 4, 8, 16, 32, 64, 128)
@@ -112,6 +113,8 @@ class MatmulCpuTemplate(Template):
         m, n, k, dtype = workload["M"], workload["N"], workload["K"], workload.dtype
         vt = target_of(space)
         mr, nr_vectors = DEFAULT_TILE_VECTORS[dtype]
+        if dtype == "float32":
+            mr = vt.default_rows  # AVX-512: 8 x 32 (6 x 32 spilled)
         nr = nr_vectors * vt.lanes(dtype)
         tile_m = pick_split(space.knob("tile_m"), inner_at_most=mr, block_at_most=max(1, min(16 * mr, m // 4)))
         tile_n = pick_split(space.knob("tile_n"), inner_at_most=nr, block_at_most=n)

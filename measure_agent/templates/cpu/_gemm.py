@@ -106,7 +106,8 @@ def gemm_space(shape: GemmShape, dtype: str, vt: VectorTarget) -> ConfigSpace:
 
 
 def gemm_default(shape: GemmShape, dtype: str, space: ConfigSpace, flops: int) -> Config:
-    """MR = 6 rows (or fewer) x NR = two vectors (AVX2 float32: 6 x 16, 12 accumulators), B
+    """MR = 6 rows (8 with 32 registers, or fewer) x NR = two vectors (AVX2 float32: 6 x 16, 12
+    accumulators; AVX-512: 8 x 32), B
     packed, no K blocking, MC up to 96 rows; for a transposed B with one or two rows of A (a
     matrix-vector product) the reduction-vectorised kernel instead: 8 rows of B per tile, B read in
     place. Rows, then columns, are split into blocks until there are about eight work items."""
@@ -119,7 +120,7 @@ def gemm_default(shape: GemmShape, dtype: str, space: ConfigSpace, flops: int) -
         axis = "k"
     else:
         nr = shape.N if shape.N <= 2 * lanes else 2 * lanes
-        mr = max(1, min(6, vt.max_accumulators // vt.accumulator_vectors(1, nr, dtype)))
+        mr = max(1, min(vt.default_rows, vt.max_accumulators // vt.accumulator_vectors(1, nr, dtype)))
         tile_m = pick_split(space.knob("tile_m"), mr, min(96, max(mr, shape.M // max(1, 4 // batch))))
         axis = "n"
     # column blocks: as wide as possible, split only when rows and batches give too few work items
