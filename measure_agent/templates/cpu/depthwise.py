@@ -115,7 +115,8 @@ class _DepthwiseCpuTemplate(Template):
         return CpuSpace(knobs, constraints, vector=vt)
 
     def default_config(self, workload: Workload, space: ConfigSpace) -> Config:
-        """NCHW: vectorised over columns (WT = the whole row up to three vectors, else two vectors),
+        """NCHW: vectorised over columns (WT = the whole row when it is at most a vector or whole
+        vectors up to three, else one or two vectors),
         OT channels filling about eight accumulators, plane by plane, work items over channel
         blocks; direct border handling, unless the rows are so narrow that fewer than WT columns
         are interior (7x7 planes): then a padded copy. NHWC: vectorised over channels (OT = two
@@ -130,7 +131,10 @@ class _DepthwiseCpuTemplate(Template):
         border = "direct"
         if self.layout == "nchw":
             axis, order = "w", "channels_outer"
-            wt = g.OW if g.OW <= 3 * lanes else 2 * lanes
+            # the whole row when it is at most a vector or whole vectors; else one or two vectors
+            # (AVX-512, stride 2: a 28-wide tile ran at 2 GFLOPS, 16-wide at 9.5)
+            whole = g.OW <= lanes or (g.OW % lanes == 0 and g.OW <= 3 * lanes)
+            wt = g.OW if whole else min(2, g.OW // lanes) * lanes
             interior = _interior_columns(g)
             if interior < wt:  # narrow rows: tiles need every column interior, so copy with padding
                 border = "padded_copy"
