@@ -201,3 +201,18 @@ def test_no_transfer_ignores_other_workloads(make_log, monkeypatch):
     assert calls == []
     tune(log, b, trials=8, seed=0, transfer=True)
     assert calls == [1]
+
+
+def test_a_prior_alone_guides_the_first_proposals_on_a_space_too_large_to_enumerate():
+    """A job's first proposal may come before any of its own results: with a prior the model is
+    trained already, and annealing must start from random points (it crashed on no starts)."""
+    knobs = [ChoiceKnob(f"k{i}", tuple(range(10))) for i in range(10)]
+    space = ConfigSpace(knobs)
+    rng = np.random.default_rng(0)
+    prior = [PriorObservation(c.to_json(), 1.0 + sum(c[f"k{i}"] for i in range(10)), group="other", weight=0.5)
+             for c in space.sample(rng, 40)]
+    search = make_strategy("xgb", space, seed=0)
+    search.observe_prior(prior)
+    picks = search.propose(8)
+    assert len(picks) == 8 and len({c.digest for c in picks}) == 8
+    assert all(space.is_valid(c) for c in picks)

@@ -309,7 +309,7 @@ class XGBSearch(IndexedStrategy):
         measured.sort()
         starts = [self._digits[i] for _, i in measured[: self.anneal_chains // 2]]
         points = np.concatenate([
-            np.array(starts, dtype=np.int64).reshape(len(starts), -1),
+            np.array(starts, dtype=np.int64).reshape(len(starts), len(self.index.sizes)),  # none before a first result
             self.index.sample(self.rng, self.anneal_chains - len(starts)),
         ])
         scores = self._predict(self.featurizer.from_digits(points)).mean(axis=0)
