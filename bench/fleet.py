@@ -120,7 +120,8 @@ def run_one(agents: int, per_agent: int, sleep_ms: int, workdir: str) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--agents", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32])
-    parser.add_argument("--per-agent", type=int, default=20, help="candidates per agent (default 20)")
+    parser.add_argument("--per-agent", type=int, default=50,
+                        help="candidates per agent (default 50: steady state, not start-up, dominates)")
     parser.add_argument("--sleep-ms", type=int, default=50, help="kernel time per candidate (default 50)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)

@@ -241,7 +241,7 @@ class JobManager:
                 yield snapshot
                 last = snapshot
                 if not snapshot.finished:
-                    time.sleep(min_interval_s)
+                    self._wait_unless_finished(job_id, min_interval_s)
             if snapshot.finished:
                 return
             with self._changed:
@@ -273,6 +273,17 @@ class JobManager:
                 message = (f"no registered agent of key {key} matches target {target.text!r}; "
                            "it waits for one that does")
         return replace(snapshot, queued=queued, leased=leased, state=state, message=message)
+
+    def _wait_unless_finished(self, job_id: int, seconds: float) -> None:
+        """Sleep ``seconds``, but wake as soon as the job ends (its final state is news at once)."""
+        deadline = time.monotonic() + seconds
+        with self._changed:
+            while True:
+                job = self._jobs.get(job_id)
+                remaining = deadline - time.monotonic()
+                if job is None or job.snapshot.finished or remaining <= 0:
+                    return
+                self._changed.wait(remaining)
 
     def _latest_version(self, job_id: int) -> int | None:
         job = self._jobs.get(job_id)
