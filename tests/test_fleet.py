@@ -133,8 +133,9 @@ def test_job_without_agents_is_queued_and_wait_timeout_fails_it(log):
     try:
         with FleetClient(daemon.address) as client:
             waiting = client.submit("matmul(M=2,N=2,K=1)", "nobody", target="sleep", trials=2, timing=FAST)
-            wait_for(lambda: client.job(waiting.job_id).queued_candidates > 0, what="candidates queued")
-            assert client.job(waiting.job_id).state == "queued"
+            # nothing is proposed before an agent says what device it is: the job waits, queued
+            wait_for(lambda: client.job(waiting.job_id).state == "queued", what="the job queued")
+            assert client.job(waiting.job_id).queued_candidates == 0
             fails = client.submit("matmul(M=2,N=2,K=1)", "nobody-else", target="sleep", trials=2, timing=FAST,
                                   wait_timeout_s=1.0)
             final = list(client.watch(fails.job_id))[-1]

@@ -117,6 +117,34 @@ def test_wait_timeout_counts_only_agents_that_meet_the_target():
     assert scheduler.seconds_without_agents("k", 100.0, needs) == 0.0
 
 
+def test_a_job_proposes_nothing_before_an_agent_that_can_serve_it_registers():
+    """The job's space is built for its agents' device (register tiles, GPU limits): a job
+    submitted before any agent must wait for one, not propose from a generic space."""
+    import threading
+
+    from tuner.daemon.fleet_measurer import FleetMeasurer
+    from tuner.measure import MeasurementAborted
+
+    scheduler = Scheduler(heartbeat_interval_s=1, agent_timeout_s=5)
+    needs = parse_target("llvm -mattr=+avx512f").matches
+    measurer = FleetMeasurer(scheduler, "k", 1, 0, TimingConfig(), "v", threading.Event(), requirement=needs)
+    waited = threading.Thread(target=measurer.wait_for_device)
+    waited.start()
+    scheduler.register("k", "avx2", None, {"isa_features": ["avx2"]}, parallel=1)
+    waited.join(0.5)
+    assert waited.is_alive()  # an agent that cannot serve the target does not count
+    scheduler.register("k", "avx512", None, {"isa_features": ["avx2", "avx512f"]}, parallel=1)
+    waited.join(5)
+    assert not waited.is_alive() and measurer.device_info["isa_features"] == ["avx2", "avx512f"]
+
+    cancel = threading.Event()
+    nobody = FleetMeasurer(scheduler, "nobody", 2, 0, TimingConfig(), "v", cancel)
+    cancel.set()
+    with pytest.raises(MeasurementAborted) as aborted:
+        nobody.wait_for_device()
+    assert aborted.value.job_status == "cancelled"
+
+
 def test_a_job_no_registered_agent_can_serve_says_so(tmp_path):
     with TuningLog(f"sqlite:///{tmp_path / 't.db'}") as log:
         daemon = start_daemon(log)

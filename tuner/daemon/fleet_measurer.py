@@ -38,6 +38,19 @@ class FleetMeasurer(Measurer):
     def device_info(self) -> dict:  # type: ignore[override]
         return self.scheduler.device_info(self.device_key, self.requirement)
 
+    def wait_for_device(self) -> None:
+        """Block until an agent that may measure the job has registered (its device info shapes
+        the job's space); raises :class:`MeasurementAborted` on cancel, daemon stop or
+        ``wait_timeout_s`` without such an agent."""
+        self._waiting_since = self.scheduler.now()
+        while True:
+            generation = self.scheduler.generation
+            if self.scheduler.device_info(self.device_key, self.requirement):
+                self._waiting_since = None
+                return
+            self._check_can_go_on()
+            self.scheduler.wait_for_change(generation, 0.5)
+
     def submit(self, items: Sequence[MeasureInput]) -> None:
         if items:
             batch = self.scheduler.submit(self.device_key, self.job_id, self.priority, items, self.timing,

@@ -313,6 +313,14 @@ class JobManager:
                               pins=request.pins, constraints=request.constraints,
                               transfer=request.transfer, time_budget_s=request.time_budget_s)
         try:
+            try:
+                # The space depends on the device (vector width, GPU limits): propose nothing
+                # before an agent that can measure the job has said what it is.
+                measurer.wait_for_device()
+            except MeasurementAborted as exc:
+                if exc.job_status is not None:  # cancelled or timed out, not a stopping daemon
+                    self.log.finish_job(job.snapshot.job_id, exc.job_status)
+                raise
             tuning = TuningJob(request.workload, measurer, self.log, self.catalog, options,
                                on_progress=on_progress, job_id=job.snapshot.job_id)
             summary = tuning.run()

@@ -9,6 +9,7 @@ from dataclasses import replace
 
 import grpc
 
+from measure_agent.device import DeviceInfo
 from measure_agent.protocol import PROTOCOL_VERSION
 from measure_agent.engine import MeasureInput, TimingConfig
 from measure_agent.protocol.convert import (
@@ -200,7 +201,9 @@ def _measure_configs(service: "ClientService", request: pb.MeasureRequest, conte
     try:
         workload = parse_workload(request.workload)
         target = parse_target(request.target or "cpu")
-        space = service.catalog.space(workload, target.family)
+        # the space of the key's devices (register tiles follow their ISA); agents check again
+        info = service.scheduler.device_info(request.device_key, target.matches if target.has_requirements else None)
+        space = service.catalog.space(workload, target.family, DeviceInfo.from_json(info) if info else None)
         if not 1 <= len(request.configs_json) <= MAX_CONFIGS_PER_MEASURE:
             raise InvalidRequest(f"give between 1 and {MAX_CONFIGS_PER_MEASURE} configs")
         configs = [space.from_json(text) for text in request.configs_json]
