@@ -16,6 +16,7 @@ import logging
 import socket
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
@@ -23,6 +24,7 @@ import grpc
 from measure_agent import __version__
 from measure_agent.device import DeviceInfo, detect_device
 from measure_agent.engine import MeasureEngine, MeasureInput, MeasureResult, MeasureStatus, TimingConfig
+from measure_agent.engine.engine import Prepared
 from measure_agent.protocol import PROTOCOL_VERSION
 from measure_agent.protocol.convert import capabilities_to_proto, result_to_proto, timing_from_proto
 from measure_agent.protocol.connection import TlsFiles, auth_metadata, open_channel
@@ -34,6 +36,24 @@ from measure_agent.templates import TemplateNotFound
 from measure_agent.workload import WorkloadError, parse_workload
 
 logger = logging.getLogger("tunefleet.agent")
+
+
+@dataclass
+class _LeasedBatch:
+    """Candidates of one lease: those that parse (with their timing), those that do not (already
+    answered as invalid), and the built ones when built ahead."""
+
+    agent_id: str | None  # the registration that leased them
+    candidates: list  # pb.Candidate, in lease order
+    items: list[tuple[str, MeasureInput, TimingConfig]] = field(default_factory=list)
+    invalid: dict[str, pb.Measurement] = field(default_factory=dict)
+    built: dict[str, Prepared] = field(default_factory=dict)
+
+    def by_timing(self) -> dict[TimingConfig, list[tuple[str, MeasureInput]]]:
+        groups: dict[TimingConfig, list[tuple[str, MeasureInput]]] = {}
+        for lease_id, item, timing in self.items:
+            groups.setdefault(timing, []).append((lease_id, item))
+        return groups
 
 
 class AgentRefused(Exception):
@@ -141,23 +161,19 @@ class Agent:
             next_batch, self._next = self._next, None
             batch = next_batch.result()  # its RPC errors surface here, handled by run()
         else:
-            batch = self._lease_and_prepare(agent_id, build=True)
-        if batch is None:
+            batch = self._lease(agent_id, build=True)
+        if batch is None or not batch.candidates:
             return
-        batch_agent, candidates, prepared, groups = batch
-        if not candidates:
-            return
-        if batch_agent != self._agent_id:
+        if batch.agent_id != self._agent_id:
             return  # leased under an earlier registration: those leases went back to the queue
         if not self._stop.is_set():
-            overlap = all(self.engine.builds_may_overlap_runs([i for _, i in items]) for _, items in groups)
-            self._next = self._ahead.submit(self._lease_and_prepare, agent_id, overlap)
-        measurements = self._run(candidates, prepared, groups)
+            overlap = self.engine.builds_may_overlap_runs([item for _, item, _ in batch.items])
+            self._next = self._ahead.submit(self._lease, agent_id, overlap)
+        measurements = self._run(batch)
         self._reporter.submit(self._report, agent_id, measurements)
 
-    def _lease_and_prepare(self, agent_id: str | None, build: bool):
-        """(agent id, candidates, prepared, groups) of a new lease, built when ``build``; None when
-        the daemon no longer knows this agent."""
+    def _lease(self, agent_id: str | None, build: bool) -> "_LeasedBatch | None":
+        """A new lease, built when ``build``; None when the daemon no longer knows this agent."""
         reply = self._rpc(self._stub.Lease, pb.LeaseRequest(agent_id=agent_id, max_candidates=self.parallel,
                                                             wait_s=self.lease_wait_s), self.lease_wait_s + 10.0)
         if not reply.known:
@@ -165,42 +181,34 @@ class Agent:
             if self._agent_id == agent_id:
                 self._agent_id = None
             return None
-        invalid, groups = self._parse(reply.candidates)
-        prepared = {}
-        if build:
-            for timing, items in groups.items():
-                for (lease_id, _), p in zip(items, self.engine.prepare([i for _, i in items], timing=timing)):
-                    prepared[lease_id] = p
-        return agent_id, list(reply.candidates), (invalid, prepared), list(groups.items())
-
-    def _parse(self, candidates):
-        """({lease id: invalid-config measurement}, {timing: [(lease id, MeasureInput)]})."""
-        invalid: dict[str, pb.Measurement] = {}
-        groups: dict[TimingConfig, list[tuple[str, MeasureInput]]] = {}
-        for candidate in candidates:
+        batch = _LeasedBatch(agent_id, list(reply.candidates))
+        for candidate in reply.candidates:
             try:
                 timing = timing_from_proto(candidate.timing)
                 workload = parse_workload(candidate.workload)
                 config = self.engine.catalog.space(workload, candidate.target, self.device).from_json(
                     json.loads(candidate.config_json))
             except (ValueError, WorkloadError, ConfigError, TemplateNotFound) as exc:
-                invalid[candidate.lease_id] = result_to_proto(
+                batch.invalid[candidate.lease_id] = result_to_proto(
                     candidate.lease_id, MeasureResult(MeasureStatus.INVALID_CONFIG, message=str(exc)))
                 continue
-            groups.setdefault(timing, []).append((candidate.lease_id, MeasureInput(workload, config, candidate.target)))
-        return invalid, groups
+            batch.items.append((candidate.lease_id, MeasureInput(workload, config, candidate.target), timing))
+        if build:
+            for timing, group in batch.by_timing().items():
+                for (lease_id, _), prepared in zip(group, self.engine.prepare([i for _, i in group], timing=timing)):
+                    batch.built[lease_id] = prepared
+        return batch
 
-    def _run(self, candidates, prepared, groups) -> list[pb.Measurement]:
-        invalid, built = prepared
-        out = dict(invalid)
-        for timing, items in groups:
-            ready = [built.get(lease_id) for lease_id, _ in items]
+    def _run(self, batch: "_LeasedBatch") -> list[pb.Measurement]:
+        out = dict(batch.invalid)
+        for timing, group in batch.by_timing().items():
+            ready = [batch.built.get(lease_id) for lease_id, _ in group]
             if any(p is None for p in ready):  # not built ahead: build now, then run
-                ready = self.engine.prepare([item for _, item in items], timing=timing)
-            for (lease_id, _), result in zip(items, self.engine.run(ready, timing=timing)):
+                ready = self.engine.prepare([item for _, item in group], timing=timing)
+            for (lease_id, _), result in zip(group, self.engine.run(ready, timing=timing)):
                 out[lease_id] = result_to_proto(lease_id, result)
         self.measured += len(out)
-        return [out[c.lease_id] for c in candidates]
+        return [out[c.lease_id] for c in batch.candidates]
 
     def _drop_next(self) -> None:
         """Stopping: wait for a lease in progress; its candidates go back to the queue when we leave."""

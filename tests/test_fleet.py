@@ -272,3 +272,33 @@ def test_fleet_cli_commands(log, kernel_cache_dir, cli_env, tmp_path):
     finally:
         stop_all([agent])
         daemon.stop()
+
+
+def test_an_agent_answers_a_config_outside_its_space_as_invalid_and_goes_on(log, kernel_cache_dir):
+    """Agents check every config against their own installed templates before building it."""
+    import threading
+
+    from measure_agent.agent import Agent
+    from measure_agent.engine import MeasureInput, MeasureStatus
+    from measure_agent.space import Config
+    from measure_agent.workload import parse_workload
+
+    daemon = start_daemon(log)
+    agent = Agent(daemon.address, "inproc", name="inproc", catalog="testing", cache_dir=kernel_cache_dir,
+                  lease_wait_s=0.2)
+    thread = threading.Thread(target=agent.run, daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: any(a.key == "inproc" for a in daemon.scheduler.agents()), what="the agent joined")
+        workload = parse_workload("matmul(M=2,N=2,K=1)")
+        items = [MeasureInput(workload, Config((("variant", 10**9),)), "sleep"),  # not a variant it knows
+                 MeasureInput(workload, Config((("variant", 3),)), "sleep")]
+        batch = daemon.scheduler.submit("inproc", -1, 0, items, FAST)
+        wait_for(lambda: batch.remaining == 0, what="both answered")
+        assert batch.results[0].status is MeasureStatus.INVALID_CONFIG and "variant" in batch.results[0].message
+        assert batch.results[1].status is MeasureStatus.OK
+    finally:
+        agent.stop()
+        thread.join(30)
+        daemon.stop()
+    assert not thread.is_alive()
