@@ -7,6 +7,13 @@ and the per-candidate overhead is what each candidate cost an agent beyond its k
 
     python bench/fleet.py                       # 1, 2, 4, 8, 16, 32 agents, 50 ms candidates
     python bench/fleet.py --agents 1 4 --per-agent 10
+    python bench/fleet.py --protocol-agents     # agents that speak the protocol but measure nothing
+
+Each measure-agent is three processes (agent, build worker, run worker) costing several ms of CPU
+per candidate, so on a machine with few cores the real agents saturate it long before 32.
+``--protocol-agents`` runs the same table with agents in one light process that register, lease
+ahead, "run" by sleeping and report in the background over the real gRPC protocol: it measures what
+the daemon and the protocol sustain at fleet sizes whose real agents do not fit on this machine.
 
 Targets (issue 3): >= 90% efficiency at 32 agents with 50 ms candidates, <= 5 ms overhead. On one
 small machine the agents' own processes compete with the daemon for the cores, so the table also
@@ -43,6 +50,65 @@ def start_agents(address: str, key: str, count: int, cache_dir: str) -> list[sub
     ]
 
 
+def start_protocol_agents(address: str, key: str, count: int, sleep_ms: int) -> list[subprocess.Popen]:
+    """``count`` protocol-level agents in one process (``--serve-protocol-agents``)."""
+    return [subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--serve-protocol-agents", address, key,
+                              str(count), str(sleep_ms)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+
+
+def serve_protocol_agents(address: str, key: str, count: int, sleep_ms: int) -> None:
+    """Agents that speak the real protocol (register, lease, report over gRPC) but measure nothing:
+    each candidate sleeps ``sleep_ms`` and reports success. They cost a fraction of a real agent's
+    CPU (no engine, no worker processes), so on a small machine they show what the daemon and the
+    protocol sustain at a fleet size whose real agents would not fit on its cores."""
+    import threading
+
+    import grpc
+
+    from measure_agent import __version__
+    from measure_agent.device import detect_device
+    from measure_agent.engine import MeasureResult, MeasureStatus
+    from measure_agent.protocol import PROTOCOL_VERSION
+    from measure_agent.protocol.convert import capabilities_to_proto, result_to_proto
+    from measure_agent.protocol.v1 import fleet_pb2 as pb
+    from measure_agent.protocol.v1 import fleet_pb2_grpc as pb_grpc
+
+    channel = grpc.insecure_channel(address)
+    stub = pb_grpc.AgentServiceStub(channel)
+    caps = capabilities_to_proto(detect_device(), __version__, testing_catalog().version, ["matmul/sleep"])
+
+    def agent(i: int) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        reply = stub.Register(pb.RegisterRequest(key=key, name=f"{key}-p{i}", capabilities=caps,
+                                                 protocol_version=PROTOCOL_VERSION, parallel=1))
+        agent_id = reply.agent_id
+
+        def lease():
+            return stub.Lease(pb.LeaseRequest(agent_id=agent_id, max_candidates=1, wait_s=2.0))
+
+        def report(lease_id: str) -> None:
+            result = MeasureResult(MeasureStatus.OK, costs=(sleep_ms / 2000.0,))
+            stub.Report(pb.ReportRequest(agent_id=agent_id, measurements=[result_to_proto(lease_id, result)]))
+
+        # as measure-agent does: the next lease is fetched while a candidate "runs", reports go
+        # out in the background
+        with ThreadPoolExecutor(1) as ahead, ThreadPoolExecutor(1) as reporter:
+            upcoming = ahead.submit(lease)
+            while True:
+                leased = upcoming.result()
+                upcoming = ahead.submit(lease)
+                for candidate in leased.candidates:
+                    time.sleep(sleep_ms / 1000.0)
+                    reporter.submit(report, candidate.lease_id)
+
+    threads = [threading.Thread(target=agent, args=(i,), daemon=True) for i in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
 def tree_cpu_seconds(roots: list[int]) -> float:
     """CPU seconds (user + system) used so far by the processes under ``roots`` (the agents and
     their build and run workers), from /proc; 0 where /proc is missing."""
@@ -65,12 +131,13 @@ def tree_cpu_seconds(roots: list[int]) -> float:
     return total
 
 
-def run_one(agents: int, per_agent: int, sleep_ms: int, workdir: str) -> dict:
+def run_one(agents: int, per_agent: int, sleep_ms: int, workdir: str, protocol_agents: bool = False) -> dict:
     log = TuningLog(f"sqlite:///{workdir}/fleet-{agents}.db")
     daemon = Daemon(log, "127.0.0.1:0", catalog=testing_catalog(), heartbeat_interval_s=2.0,
                     agent_timeout_s=30.0).start()
     key = f"bench{agents}"
-    processes = start_agents(daemon.address, key, agents, workdir)
+    processes = (start_protocol_agents(daemon.address, key, agents, sleep_ms) if protocol_agents
+                 else start_agents(daemon.address, key, agents, workdir))
     try:
         deadline = time.monotonic() + 300
         while sum(1 for a in daemon.scheduler.agents() if a.key == key) < agents:
@@ -123,15 +190,25 @@ def main() -> int:
     parser.add_argument("--per-agent", type=int, default=50,
                         help="candidates per agent (default 50: steady state, not start-up, dominates)")
     parser.add_argument("--sleep-ms", type=int, default=50, help="kernel time per candidate (default 50)")
+    parser.add_argument("--protocol-agents", action="store_true",
+                        help="agents that speak the protocol but measure nothing (one light process): what the "
+                        "daemon sustains at fleet sizes whose real agents exceed this machine's cores")
+    parser.add_argument("--serve-protocol-agents", nargs=4, metavar=("ADDRESS", "KEY", "COUNT", "SLEEP_MS"),
+                        help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.serve_protocol_agents:
+        address, key, count, sleep_ms = args.serve_protocol_agents
+        serve_protocol_agents(address, key, int(count), int(sleep_ms))
+        return 0
     logging.basicConfig(level=logging.WARNING)
     rows = []
     with tempfile.TemporaryDirectory(prefix="tunefleet-fleet-bench-") as workdir:
         for n in args.agents:
-            rows.append(run_one(n, args.per_agent, args.sleep_ms, workdir))
+            rows.append(run_one(n, args.per_agent, args.sleep_ms, workdir, args.protocol_agents))
             r = rows[-1]
             print(f"  {n} agents done in {r['wall_s']:.2f} s", file=sys.stderr, flush=True)
-    print(f"\nFleet throughput, {args.sleep_ms} ms candidates, {args.per_agent} per agent, loopback, "
+    kind = "protocol-level agents (no engine)" if args.protocol_agents else "measure-agent processes"
+    print(f"\nFleet throughput, {args.sleep_ms} ms candidates, {args.per_agent} per agent, {kind}, loopback, "
           f"{os.cpu_count()} CPU cores")
     print(f"{'agents':>6} {'candidates':>10} {'wall s':>8} {'ideal s':>8} {'cand/s':>8} {'efficiency':>10} "
           f"{'overhead ms/cand':>16} {'daemon CPU ms/cand':>18} {'agent CPU ms/cand':>17} {'CPU-bound cand/s':>16}")
