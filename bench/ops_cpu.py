@@ -52,6 +52,7 @@ from numpy.lib.stride_tricks import sliding_window_view  # noqa: E402
 from measure_agent.engine import TimingConfig  # noqa: E402
 from measure_agent.engine.build import load_kernel  # noqa: E402
 from measure_agent.engine.checking import check_output, make_problem  # noqa: E402
+from measure_agent.engine.worker import time_calls_of, timed_costs  # noqa: E402
 from measure_agent.templates import default_catalog  # noqa: E402
 from measure_agent.workload import Workload, parse_workload  # noqa: E402
 from tuner.job import TuneOptions, TuningJob  # noqa: E402
@@ -191,20 +192,14 @@ def time_interleaved(workload: Workload, template, default, finalists, cache_dir
 
 
 SETTLE_S = 0.15  # longer than OpenBLAS's spin after a call (2**28 cycles by default)
-BLOCK_S = 0.02  # each timing is the mean over back-to-back calls lasting this long (min_repeat_ms)
+# each timing: the mean of back-to-back calls lasting at least 20 ms, grown as the engine does
+BLOCK = TimingConfig(number=1, repeat=1, min_repeat_ms=20, warmup=0)
 
 
 def time_block(call) -> float:
-    """Mean seconds per call over back-to-back calls that last at least ``BLOCK_S`` together."""
-    number = 1
-    while True:
-        start = time.perf_counter()
-        for _ in range(number):
-            call()
-        elapsed = time.perf_counter() - start
-        if elapsed >= BLOCK_S:
-            return elapsed / number
-        number = max(number * 2, int(number * BLOCK_S / max(elapsed, 1e-6) * 1.1) + 1)
+    """Mean seconds per call over back-to-back calls that last at least 20 ms together."""
+    costs, _ = timed_costs(lambda n: time_calls_of(call, n), BLOCK)
+    return costs[0]
 
 
 def numpy_reference(workload: Workload, inputs) -> tuple[str, callable]:

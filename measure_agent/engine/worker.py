@@ -133,7 +133,7 @@ class Worker:
                 "details": details,
             }
         try:
-            costs, number = _timed_costs(lambda n: _time_calls(kernel, args, n), timing)
+            costs, number = timed_costs(lambda n: _time_calls(kernel, args, n), timing)
         except Exception as exc:  # noqa: BLE001
             raise CandidateError(MeasureStatus.RUNTIME_ERROR, _one_line(exc)) from None
         details["number"] = number
@@ -178,7 +178,7 @@ class Worker:
                 "details": details,
             }
         try:
-            costs, number = _timed_costs(lambda n: _time_synchronised_calls(call, n), timing)
+            costs, number = timed_costs(lambda n: time_calls_of(call, n), timing)
         except Exception as exc:  # noqa: BLE001
             _abandon_cuda_context(exc)
         details["number"] = number
@@ -194,7 +194,7 @@ class Worker:
         return self._device_inputs[workload.key]
 
 
-def _timed_costs(time_calls, timing: TimingConfig) -> tuple[list[float], int]:
+def timed_costs(time_calls, timing: TimingConfig) -> tuple[list[float], int]:
     """Seconds per call for each of ``timing.repeat`` repeats, and the calls per repeat.
 
     ``time_calls(n)`` makes ``n`` back-to-back calls and returns the seconds they took. When a
@@ -218,8 +218,9 @@ def _time_calls(kernel, args, number: int) -> float:
     return time.perf_counter() - start
 
 
-def _time_synchronised_calls(call, number: int) -> float:
-    """``call`` launches and synchronises: each timed call includes its launch and completion."""
+def time_calls_of(call, number: int) -> float:
+    """Seconds for ``number`` back-to-back ``call()``s (a CUDA call launches and synchronises, so
+    each includes its launch and completion)."""
     start = time.perf_counter()
     for _ in range(number):
         call()
