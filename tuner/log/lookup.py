@@ -218,32 +218,21 @@ def recorded_device(source, device_key: str):
 
 
 class _RecordSpaces:
-    """``workload``'s space for configs measured on each device key, built once per key."""
+    """``workload``'s space for configs measured on each device key (the catalog caches spaces;
+    this remembers each key's recorded device). Nothing is looked up until a space is asked for."""
 
     def __init__(self, source: BestSource, workload: Workload, target: str, catalog) -> None:
-        if catalog is None:
-            from measure_agent.templates import default_catalog
-
-            catalog = default_catalog()
         self._source = source
         self._workload = workload
-        self._template = catalog.get(workload.op, target)
-        self._spaces: dict[str, ConfigSpace] = {}
+        self._target = target
+        self._catalog = catalog
+        self._devices: dict[str, Any] = {}
 
     def __call__(self, device_key: str) -> ConfigSpace:
-        if device_key not in self._spaces:
-            device = recorded_device(self._source, device_key)
-            self._spaces[device_key] = self._template.space(self._workload, device)
-        return self._spaces[device_key]
+        if self._catalog is None:
+            from measure_agent.templates import default_catalog
 
-
-def describe_match(match: BestMatch) -> str:
-    """One line about where a config comes from, for humans."""
-    if not match.approximate:
-        return f"tuned for {match.workload} on {match.device_key}"
-    return (f"approximate: tuned for {match.tuned_workload} on {match.device_key} "
-            f"(nearest tuned shape, log-distance {match.distance:.2f}), measured "
-            f"{format_timestamp(match.record.created_at)}")
-
-
-__all__ = ["BestMatch", "BestSource", "describe_match", "find_best", "transfer_config", "workload_distance"]
+            self._catalog = default_catalog()
+        if device_key not in self._devices:
+            self._devices[device_key] = recorded_device(self._source, device_key)
+        return self._catalog.space(self._workload, self._target, self._devices[device_key])
