@@ -43,6 +43,12 @@ class DeviceInfo:
         extra.update({k: str(v) for k, v in data.items() if k not in fields})
         return cls(**known, extra=extra)
 
+    @classmethod
+    def from_recorded(cls, data: dict | None) -> "DeviceInfo | None":
+        """:meth:`from_json` of recorded info, or ``None`` where none was recorded (``{}``): spaces
+        then assume a generic device."""
+        return cls.from_json(data) if data else None
+
     @property
     def fingerprint(self) -> str:
         """A stable text identity (what a space may depend on)."""

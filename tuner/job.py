@@ -101,7 +101,7 @@ class TuningJob:
         self.options = options
         self.template = catalog.get(workload.op, options.target)
         # The space may depend on the device (vector width, GPU limits): use what the measurer reports.
-        device = DeviceInfo.from_json(measurer.device_info) if measurer.device_info else None
+        device = DeviceInfo.from_recorded(measurer.device_info)
         full_space = catalog.space(workload, options.target, device)
         self.space = steer_space(full_space, options.pins, options.constraints)
         self.default_config = self.template.default_config(workload, full_space)

@@ -203,7 +203,7 @@ def _measure_configs(service: "ClientService", request: pb.MeasureRequest, conte
         target = parse_target(request.target or "cpu")
         # the space of the key's devices (register tiles follow their ISA); agents check again
         info = service.scheduler.device_info(request.device_key, target.matches if target.has_requirements else None)
-        space = service.catalog.space(workload, target.family, DeviceInfo.from_json(info) if info else None)
+        space = service.catalog.space(workload, target.family, DeviceInfo.from_recorded(info))
         if not 1 <= len(request.configs_json) <= MAX_CONFIGS_PER_MEASURE:
             raise InvalidRequest(f"give between 1 and {MAX_CONFIGS_PER_MEASURE} configs")
         configs = [space.from_json(text) for text in request.configs_json]

@@ -214,7 +214,7 @@ def recorded_device(source, device_key: str):
         info = source.device_info(device_key)
     except (NotFoundError, AttributeError):
         return None
-    return DeviceInfo.from_json(info) if info else None
+    return DeviceInfo.from_recorded(info)
 
 
 class _RecordSpaces:

@@ -145,7 +145,7 @@ def _default_config(workload: Workload, target: str, device_info: dict) -> dict 
 
         catalog = default_catalog()
         template = catalog.get(workload.op, target)
-        device = DeviceInfo.from_json(device_info) if device_info else None
+        device = DeviceInfo.from_recorded(device_info)
         space = catalog.space(workload, target, device)
         return json.loads(json.dumps(template.default_config(workload, space).to_json()))
     except Exception:  # noqa: BLE001 - only a marker on the page; a report must not fail for it
