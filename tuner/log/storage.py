@@ -636,9 +636,10 @@ class _CommittedIds:
         self.jobs: dict[int, tuple[int, int, str]] = {}
         self._lock = threading.Lock()
 
-    def snapshot(self) -> tuple[dict, dict, dict]:
+    def get(self, kind: str, key) -> Any:
+        """The committed id of ``key`` among ``workloads``, ``devices`` or ``jobs``, or None."""
         with self._lock:
-            return dict(self.workloads), dict(self.devices), dict(self.jobs)
+            return getattr(self, kind).get(key)
 
     def merge(self, ids: "_IdCache") -> None:
         with self._lock:
@@ -649,15 +650,26 @@ class _CommittedIds:
 
 class _IdCache:
     """Row ids of workloads, devices and jobs within one write transaction, created as needed
-    (starting from those of committed transactions)."""
+    (those of committed transactions are known without a query)."""
 
     def __init__(self, log: TuningLog, conn: Connection) -> None:
         self._log = log
         self._conn = conn
-        self._workloads, self._devices, self._jobs = log._committed_ids.snapshot()
+        self._workloads: dict[str, int] = {}
+        self._devices: dict[str, int] = {}
+        self._jobs: dict[int, tuple[int, int, str]] = {}
+
+    def _known(self, kind: str, cache: dict, key) -> bool:
+        """Whether ``key``'s id is in ``cache``, filling it from committed transactions."""
+        if key not in cache:
+            committed = self._log._committed_ids.get(kind, key)
+            if committed is None:
+                return False
+            cache[key] = committed
+        return True
 
     def workload(self, key: str) -> int:
-        if key not in self._workloads:
+        if not self._known("workloads", self._workloads, key):
             table = schema.workloads
             workload = parse_workload(key)
             self._workloads[key] = self._get_or_create(
@@ -675,7 +687,7 @@ class _IdCache:
     def device(self, key: str, info_text: str | None = None, replace: bool = False) -> int:
         """Id of device ``key``; ``info_text`` fills in the info of a new or info-less device, or
         of any device with ``replace``."""
-        if key not in self._devices or info_text is not None:
+        if info_text is not None or not self._known("devices", self._devices, key):
             table = schema.devices
             now = utcnow()
             values = {"key": key, "info": info_text or "{}", "first_seen": now, "last_seen": now}
@@ -689,7 +701,7 @@ class _IdCache:
         return self._devices[key]
 
     def job(self, job_id: int) -> tuple[int, int, str]:
-        if job_id not in self._jobs:
+        if not self._known("jobs", self._jobs, job_id):
             j = schema.jobs
             row = self._conn.execute(
                 select(j.c.workload_id, j.c.device_id, j.c.target).where(j.c.id == job_id)
