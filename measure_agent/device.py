@@ -49,7 +49,7 @@ class DeviceInfo:
         then assume a generic device."""
         return cls.from_json(data) if data else None
 
-    @property
+    @functools.cached_property  # the key of every space lookup: computed once per (immutable) device
     def fingerprint(self) -> str:
         """A stable text identity (what a space may depend on)."""
         return json.dumps(self.to_json(), sort_keys=True)

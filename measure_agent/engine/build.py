@@ -40,13 +40,22 @@ def source_digest(source: KernelSource) -> str:
     return hashlib.sha1(f"{source.entry}\n{source.text}".encode()).hexdigest()[:20]
 
 
+_KNOWN_DIRECTORIES: set[Path] = set()  # created by this process: no mkdir per candidate
+
+
 def kernel_path(source: KernelSource, cache_dir: Path) -> Path:
     """Write the source (once, atomically) and return its path."""
     directory = Path(cache_dir) / "kernels"
-    directory.mkdir(parents=True, exist_ok=True)
+    if directory not in _KNOWN_DIRECTORIES:
+        directory.mkdir(parents=True, exist_ok=True)
+        _KNOWN_DIRECTORIES.add(directory)
     path = directory / f"k_{source_digest(source)}.py"
     if not path.exists():
-        fd, tmp = tempfile.mkstemp(dir=directory, suffix=".tmp")
+        try:
+            fd, tmp = tempfile.mkstemp(dir=directory, suffix=".tmp")
+        except FileNotFoundError:  # the cache was cleared under a running agent
+            directory.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=directory, suffix=".tmp")
         with os.fdopen(fd, "w") as fh:
             fh.write(source.text)
         os.replace(tmp, path)

@@ -95,6 +95,8 @@ class MeasureEngine:
             return Prepared(item, compile_time_s=result.compile_time_s)
 
         with self._build_lock:
+            if len(items) == 1:  # no thread hop for the common one-candidate lease
+                return [build(items[0])]
             return list(self._pool.map(build, items))
 
     def run(self, prepared: Sequence[Prepared], timing: TimingConfig | None = None) -> list[MeasureResult]:

@@ -8,6 +8,7 @@ spellings of the same problem share one row in the tuning log.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -45,7 +46,7 @@ class Workload:
                 return value
         raise KeyError(name)
 
-    @property
+    @functools.cached_property  # a cache key everywhere: computed once per (immutable) workload
     def key(self) -> str:
         """Canonical text: declaration order, defaults included, an axis pair given once when equal."""
         values = dict(self.sizes)
@@ -79,6 +80,13 @@ def parse_workload(text: str) -> Workload:
     Raises :class:`WorkloadError` with a one-line message naming the problem.
     """
     if not isinstance(text, str) or not text.strip():
+        raise WorkloadError("empty workload; expected e.g. matmul(M=512,N=512,K=512)")
+    return _parse_workload_text(text)
+
+
+@functools.lru_cache(maxsize=1024)  # an agent parses the same few workloads for every candidate
+def _parse_workload_text(text: str) -> Workload:
+    if not text.strip():
         raise WorkloadError("empty workload; expected e.g. matmul(M=512,N=512,K=512)")
     if ".." in text:
         raise WorkloadError(f"{text.strip()!r} is a shape range (LOW..HIGH), a family of workloads: tune it with "
