@@ -147,22 +147,25 @@ def run_one(agents: int, per_agent: int, sleep_ms: int, workdir: str, protocol_a
         candidates = agents * per_agent
         # Warm every agent's workers first (process start, first import) so the timed job is steady state.
         with FleetClient(daemon.address) as client:
-            warm = client.submit(f"matmul(M=1,N=1,K={sleep_ms // 2})", key, target="sleep", strategy="random",
+            # The same workload as the timed job, so its space is built and its problem made on every
+            # process before timing starts; the timed job resumes from these trials.
+            workload = f"matmul(M=2,N=2,K={sleep_ms // 2})"
+            warm = client.submit(workload, key, target="sleep", strategy="random",
                                  trials=agents * 2, seed=1, timing=TimingConfig(repeat=1, warmup=1))
             for _ in client.watch(warm.job_id):
                 pass
             start = time.perf_counter()
             cpu_start = time.process_time()  # this process is the daemon (plus the watching client)
             agents_cpu_start = tree_cpu_seconds([p.pid for p in processes])
-            job = client.submit(f"matmul(M=2,N=2,K={sleep_ms // 2})", key, target="sleep", strategy="random",
-                                trials=candidates, seed=2, timing=TimingConfig(repeat=1, warmup=1))
+            job = client.submit(workload, key, target="sleep", strategy="random",
+                                trials=agents * 2 + candidates, seed=2, timing=TimingConfig(repeat=1, warmup=1))
             final = None
             for final in client.watch(job.job_id):
                 pass
             wall = time.perf_counter() - start
             daemon_cpu = time.process_time() - cpu_start
             agents_cpu = tree_cpu_seconds([p.pid for p in processes]) - agents_cpu_start
-        assert final is not None and final.state == "done" and final.done == candidates, final
+        assert final is not None and final.state == "done" and final.measured_now == candidates, final
         ideal = candidates * (sleep_ms / 1000.0) / agents
         return {
             "agents": agents,

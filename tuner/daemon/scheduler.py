@@ -128,6 +128,12 @@ class Scheduler:
             self._expire_dead_agents()
             return sorted(self._agents.values(), key=lambda a: (a.key, a.name, a.agent_id))
 
+    def agent_name(self, agent_id: str) -> str:
+        """The name a live agent registered with ("" when unknown)."""
+        with self._lock:
+            agent = self._agents.get(agent_id)
+            return agent.name if agent is not None else ""
+
     def parallelism(self, key: str, requirement: Callable[[dict], bool] | None = None) -> int:
         with self._lock:
             return sum(a.parallel for a in self._agents.values()
@@ -176,7 +182,7 @@ class Scheduler:
             queue = self._queues.setdefault(key, {}).setdefault(job_id, deque())
             queue.extend(Candidate(batch, i, priority) for i in range(len(items)))
             self._notify()
-            self._work_queued(key)
+            self._work_queued(key, len(items) if requirement is None else None)
         return batch
 
     @property
@@ -282,10 +288,15 @@ class Scheduler:
             condition = self._work[key] = threading.Condition(self._mutex)
         return condition
 
-    def _work_queued(self, key: str) -> None:
+    def _work_queued(self, key: str, count: int | None = None) -> None:
+        """Wake the key's waiting leases: ``count`` of them for ``count`` candidates any agent may
+        take (each takes at least one), all of them when some agents may not (a requirement)."""
         condition = self._work.get(key)
         if condition is not None:
-            condition.notify_all()
+            if count is None:
+                condition.notify_all()
+            else:
+                condition.notify(count)
 
     def _take(self, agent: AgentState, n: int) -> list[Candidate]:
         queues = self._queues.get(agent.key, {})

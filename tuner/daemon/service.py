@@ -90,7 +90,7 @@ class AgentService(pb_grpc.AgentServiceServicer):
     def Report(self, request: pb.ReportRequest, context: grpc.ServicerContext) -> pb.ReportReply:
         accepted = 0
         rejected = []
-        name = {a.agent_id: a.name for a in self.scheduler.agents()}.get(request.agent_id, "")
+        name = self.scheduler.agent_name(request.agent_id)
         for measurement in request.measurements:
             try:
                 result = result_from_proto(measurement)
