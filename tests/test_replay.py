@@ -187,7 +187,8 @@ def test_bench_strategies_json_shape(tmp_path):
 def test_bench_strategies_table_and_transfer_rows(tmp_path):
     a = write(tmp_path / "tiny_A.json", tiny_cache(), False)
     b = write(tmp_path / "tiny_B.json", tiny_cache(), False)
-    code, out = run_cli(["bench-strategies", "--space", str(a), "--space", str(b), "--strategies", "default",
+    # several files after one --space, as a shell glob gives them
+    code, out = run_cli(["bench-strategies", "--space", str(a), str(b), "--strategies", "default",
                          "--budgets", "5", "--repeats", "1", "--transfer"])
     assert code == 0
     assert "default+transfer" in out and "exact random" in out and "per kernel family" in out

@@ -42,8 +42,8 @@ def register(subparsers) -> None:
         help="replay search strategies on recorded tuning spaces (Kernel Tuner cache files)",
         description="Replay search strategies on recorded tuning spaces and score them against exact random search.",
     )
-    p.add_argument("--space", action="append", required=True, metavar="FILE",
-                   help="Kernel Tuner cache file (.json or .json.gz); repeat for several spaces")
+    p.add_argument("--space", action="extend", nargs="+", required=True, metavar="FILE",
+                   help="Kernel Tuner cache files (.json or .json.gz): --space A B, a shell glob, or --space repeated")
     p.add_argument("--strategies", type=_name_list, default=["default", "random", "ga"],
                    help="comma-separated strategy names (default: default,random,ga)")
     p.add_argument("--budgets", type=_int_list, default=[25, 50, 100, 200],
