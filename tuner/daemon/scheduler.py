@@ -118,6 +118,7 @@ class Scheduler:
             agent = self._agents.pop(agent_id, None)
             if agent is not None:
                 self._requeue(agent)
+                self._work_queued(agent.key)  # its own waiting lease answers "unknown" now
 
     def expire_dead_agents(self) -> int:
         with self._lock:
