@@ -151,19 +151,25 @@ class MeasureEngine:
 
     def _run(self, item: MeasureInput, compile_time_s: float, timing: TimingConfig) -> MeasureResult:
         try:
-            # Loads the machine code the builder cached; a cache miss compiles under the build limit.
-            loaded = self._runner.request(self._request(item, "build", timing), timing.build_timeout_s)
-            if loaded.get("status") != MeasureStatus.OK.value:
-                return _result_from_reply(loaded, compile_time_s)
-            reply = self._runner.request(self._request(item, "run", timing), timing.run_timeout_s)
-        except WorkerTimedOut:
+            # One request, two answers: the worker loads the machine code the builder cached (a
+            # cache miss compiles, under the build limit), answers, then times (under the run limit).
+            request = dict(self._request(item, "run", timing), load_first=True)
+            replies = self._runner.request_stages(request, [timing.build_timeout_s, timing.run_timeout_s])
+        except WorkerTimedOut as exc:
+            if exc.stage == 0:
+                return MeasureResult(MeasureStatus.BUILD_TIMEOUT, compile_time_s=compile_time_s,
+                                     message=f"loading the kernel exceeded {timing.build_timeout_s:g} s")
             return MeasureResult(
                 MeasureStatus.RUN_TIMEOUT, compile_time_s=compile_time_s,
                 message=f"run exceeded {timing.run_timeout_s:g} s",
             )
         except WorkerCrashed as exc:
             return MeasureResult(MeasureStatus.RUNTIME_ERROR, compile_time_s=compile_time_s, message=str(exc))
-        return _result_from_reply(reply, compile_time_s)
+        final = replies[-1]
+        if final.get("stage"):  # the worker never answers a load with a stage and stops: defensive
+            return MeasureResult(MeasureStatus.RUNTIME_ERROR, compile_time_s=compile_time_s,
+                                 message="the run worker did not answer the run")
+        return _result_from_reply(final, compile_time_s)
 
 
 def _result_from_reply(reply: dict, compile_time_s: float | None = None) -> MeasureResult:

@@ -20,7 +20,13 @@ class WorkerCrashed(Exception):
 
 
 class WorkerTimedOut(Exception):
-    """The worker did not answer within the deadline (it has been killed)."""
+    """The worker did not answer within the deadline (it has been killed).
+
+    ``stage``: which answer of :meth:`WorkerProcess.request_stages` was late (0 for ``request``)."""
+
+    def __init__(self, message: str, stage: int = 0) -> None:
+        super().__init__(message)
+        self.stage = stage
 
 
 class WorkerProcess:
@@ -55,6 +61,12 @@ class WorkerProcess:
 
     def request(self, message: dict, timeout_s: float) -> dict:
         """Send ``message`` and return the reply; raise on crash or timeout (worker then gone)."""
+        return self.request_stages(message, [timeout_s])[-1]
+
+    def request_stages(self, message: dict, timeouts_s: list[float]) -> list[dict]:
+        """Send ``message`` and read up to one answer per stage, each within its own limit: a
+        worker answers an intermediate stage with ``"stage": True`` and may end early with a final
+        answer (a failure). Returns the answers read; raises as :meth:`request`, with the stage."""
         if not self.alive:
             self.stop()
             self.start()
@@ -66,6 +78,15 @@ class WorkerProcess:
             self._proc.stdin.flush()
         except (BrokenPipeError, OSError):
             raise WorkerCrashed(self._death_message()) from None
+        replies: list[dict] = []
+        for stage, timeout_s in enumerate(timeouts_s):
+            reply = self._read_reply(timeout_s, stage)
+            replies.append(reply)
+            if not reply.get("stage"):
+                break
+        return replies
+
+    def _read_reply(self, timeout_s: float, stage: int) -> dict:
         deadline = time.monotonic() + timeout_s
         while True:
             newline = self._buffer.find(b"\n")
@@ -78,7 +99,7 @@ class WorkerProcess:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 self.kill()
-                raise WorkerTimedOut(f"no answer within {timeout_s:g} s")
+                raise WorkerTimedOut(f"no answer within {timeout_s:g} s", stage)
             chunk = self._read_some(remaining)
             if chunk == b"":
                 raise WorkerCrashed(self._death_message())

@@ -55,7 +55,10 @@ class Worker:
         self._problems: dict[str, Problem] = {}
         self._device_inputs: dict[str, tuple] = {}  # CUDA: the problem's inputs on the device
 
-    def handle(self, request: dict) -> dict:
+    def handle(self, request: dict, answer_stage=None) -> dict:
+        """The final answer to ``request``. A ``run`` with ``"load_first": true`` loads (or
+        compiles) the kernel first and, when that worked, answers that stage through
+        ``answer_stage`` before timing starts, so the parent can hold each stage to its own limit."""
         op = request.get("op")
         if op == "ping":
             return {"ok": True, "pid": os.getpid()}
@@ -64,6 +67,11 @@ class Worker:
             if op == "build":
                 return self._build(workload, kernel_source)
             if op == "run":
+                if request.get("load_first"):
+                    loaded = self._build(workload, kernel_source)
+                    if loaded.get("status") != MeasureStatus.OK.value or answer_stage is None:
+                        return loaded
+                    answer_stage(dict(loaded, stage=True))
                 return self._run(workload, kernel_source, TimingConfig(**request["timing"]))
             return {"status": MeasureStatus.RUNTIME_ERROR.value, "message": f"unknown request {op!r}"}
         except CandidateError as exc:
@@ -270,9 +278,15 @@ def main(argv: list[str] | None = None) -> int:
     for line in sys.stdin:
         if not line.strip():
             continue
+        request = None
+
+        def answer_stage(stage: dict) -> None:
+            stage["id"] = request.get("id")
+            reply.write(json.dumps(stage) + "\n")
+
         try:
             request = json.loads(line)
-            response = worker.handle(request)
+            response = worker.handle(request, answer_stage)
         except Exception as exc:  # noqa: BLE001 - the worker must answer, whatever happened
             traceback.print_exc()
             response = {"status": MeasureStatus.RUNTIME_ERROR.value, "message": _one_line(exc)}
