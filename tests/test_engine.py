@@ -89,3 +89,27 @@ def test_prepare_then_run_equals_measure_and_overlap_only_off_the_host_cpu(engin
     sleeping = MeasureInput(parse_workload("matmul(M=2,N=2,K=1)"), Config((("variant", 0),)), "sleep")
     assert engine.builds_may_overlap_runs([sleeping])  # a sleep is not disturbed by a build elsewhere
     assert not engine.builds_may_overlap_runs([sleeping, items[0]])  # a CPU kernel's timing would be
+
+
+def test_run_worker_answers_load_then_run_and_stops_after_a_failed_load(tmp_path):
+    """The run worker's staged request: a "loaded" answer held to the build limit, then the run's;
+    a kernel that fails to load ends the exchange with its one final answer."""
+    from measure_agent.engine.process import WorkerProcess
+
+    worker = WorkerProcess("testing", tmp_path)
+    timing = {"number": 1, "repeat": 1, "min_repeat_ms": 0, "warmup": 1}
+
+    def request(behaviour, variant):
+        config = SPACE.make({"behaviour": behaviour, "sleep_ms": 0, "variant": variant}).to_json()
+        return {"op": "run", "load_first": True, "workload": WORKLOAD.key, "config": config, "target": "cpu",
+                "timing": timing}
+
+    try:
+        loaded, ran = worker.request_stages(request("ok", 11), [120, 30])
+        assert loaded["stage"] is True and loaded["status"] == "ok"
+        assert "stage" not in ran and ran["status"] == "ok" and len(ran["costs"]) == 1
+        [failed] = worker.request_stages(request("compile_error", 12), [120, 30])
+        assert failed["status"] == "compile_error" and "stage" not in failed
+        assert worker.request_stages(request("ok", 13), [120, 30])[-1]["status"] == "ok"  # and it goes on
+    finally:
+        worker.stop()
