@@ -21,12 +21,15 @@ import tempfile
 import time
 from pathlib import Path
 
-# numba reads these at import: set them before anything imports it (the --asm report compiles here).
-os.environ.setdefault("NUMBA_SLP_VECTORIZE", "1")
-os.environ.setdefault("NUMBA_OPT", "3")
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from measure_agent.engine.build import NUMBA_ENVIRONMENT, codegen_environment  # noqa: E402
+
+# numba reads these at import: set them before anything imports it (the --asm report compiles here,
+# with the workers' settings).
+for _name, _value in {**NUMBA_ENVIRONMENT, **codegen_environment()}.items():
+    os.environ.setdefault(_name, _value)
 
 import numpy as np  # noqa: E402
 

@@ -360,7 +360,7 @@ def test_catalog_has_every_cpu_template():
     for op in ("conv2d_nchw", "conv2d_nhwc", "depthwise_conv2d_nchw", "depthwise_conv2d_nhwc", "dense",
                "batch_matmul"):
         template = catalog.get(op, "cpu")
-        assert template is not None and template.target == "cpu" and template.version == "1"
+        assert template is not None and template.target == "cpu" and template.version == "2"
 
 
 def test_avx512_defaults_use_register_tiles_that_stay_in_registers():

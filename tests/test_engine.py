@@ -113,3 +113,21 @@ def test_run_worker_answers_load_then_run_and_stops_after_a_failed_load(tmp_path
         assert worker.request_stages(request("ok", 13), [120, 30])[-1]["status"] == "ok"  # and it goes on
     finally:
         worker.stop()
+
+
+def test_codegen_environment_turns_off_llvms_256_bit_preference_on_avx512_hosts_only(monkeypatch):
+    from measure_agent.engine import build
+
+    avx512 = build.codegen_environment("+64bit,+avx2,+avx512f,+fma")
+    assert avx512 == {"NUMBA_CPU_FEATURES": "+64bit,+avx2,+avx512f,+fma,-prefer-256-bit"}
+    assert build.codegen_environment("+64bit,+avx2,-avx512f,+fma") == {}  # AVX2 only: numba's defaults
+    assert build.codegen_environment("+neon,+v8a") == {}
+    assert build.codegen_environment("") == {}
+    # Workers: the host's codegen unless the operator exported their own; what kernels need always.
+    monkeypatch.setattr(build, "codegen_environment", lambda host_features=None: avx512)
+    monkeypatch.delenv("NUMBA_CPU_FEATURES", raising=False)
+    monkeypatch.setenv("NUMBA_OPT", "0")
+    env = build.worker_environment()
+    assert env["NUMBA_CPU_FEATURES"].endswith("-prefer-256-bit") and env["NUMBA_OPT"] == "3"
+    monkeypatch.setenv("NUMBA_CPU_FEATURES", "+avx2")
+    assert build.worker_environment()["NUMBA_CPU_FEATURES"] == "+avx2"

@@ -27,7 +27,8 @@ Compiling: the kernel source is written to the kernel cache (``cache_dir``, defa
 ``$XDG_CACHE_HOME/tunefleet``, the tuner's own) and compiled by numba with ``cache=True``, so
 another process loads the machine code from disk instead of compiling; within a process each
 kernel is compiled once (memoised) however often ``best_kernel`` is called. numba reads its
-settings (:data:`~measure_agent.engine.build.NUMBA_ENVIRONMENT`: SLP vectorisation, ``-O3``) once,
+settings (:data:`~measure_agent.engine.build.NUMBA_ENVIRONMENT`: SLP vectorisation, ``-O3``; and
+:func:`~measure_agent.engine.build.codegen_environment`: 512-bit vectors on AVX-512 hosts) once,
 when imported: ``best_kernel`` puts them in ``os.environ`` (without overriding values already
 there) before importing numba. If the application imported numba earlier, they may not take effect
 for kernels compiled in this process (kernels loaded from the on-disk cache keep the code they were
@@ -47,7 +48,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from measure_agent.engine.build import NUMBA_ENVIRONMENT, default_kernel_cache_dir, source_digest
+from measure_agent.engine.build import NUMBA_ENVIRONMENT, codegen_environment, default_kernel_cache_dir, source_digest
 from measure_agent.templates import KernelSource, default_catalog
 from measure_agent.workload import Workload, parse_workload
 
@@ -188,7 +189,7 @@ def _apply_numba_environment() -> bool:
     """Put NUMBA_ENVIRONMENT in os.environ (keeping values already set); ``True`` if numba was
     not imported yet, i.e. it will read them."""
     fresh = "numba" not in sys.modules
-    for name, value in NUMBA_ENVIRONMENT.items():
+    for name, value in {**NUMBA_ENVIRONMENT, **codegen_environment()}.items():
         os.environ.setdefault(name, value)
     return fresh
 

@@ -12,7 +12,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from measure_agent.engine.build import NUMBA_ENVIRONMENT, WORKER_ENVIRONMENT_DEFAULTS
+from measure_agent.engine.build import worker_environment
 
 
 class WorkerCrashed(Exception):
@@ -41,7 +41,7 @@ class WorkerProcess:
         self._next_id = 0
 
     def start(self) -> None:
-        env = {**WORKER_ENVIRONMENT_DEFAULTS, **os.environ, **NUMBA_ENVIRONMENT}
+        env = worker_environment()
         fd, self._stderr_path = tempfile.mkstemp(prefix="tunefleet-worker-", suffix=".log")
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "measure_agent.engine.worker", "--catalog", self.catalog,

@@ -41,7 +41,7 @@ class BatchMatmulCpuTemplate(Template):
 
     op = "batch_matmul"
     target = "cpu"
-    version = "1"
+    version = "2"  # 2: compiled with 512-bit vectors on AVX-512 hosts (codegen_environment)
 
     def space(self, workload: Workload, device: DeviceInfo | None = None) -> ConfigSpace:
         check_workload(self, workload)

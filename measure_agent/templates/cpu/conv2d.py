@@ -104,7 +104,7 @@ class _Conv2dCpuTemplate(Template):
     """
 
     target = "cpu"
-    version = "1"
+    version = "2"  # 2: compiled with 512-bit vectors on AVX-512 hosts (codegen_environment)
     layout: str
 
     # -- space ------------------------------------------------------------------------------

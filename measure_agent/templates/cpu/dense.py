@@ -43,7 +43,7 @@ class DenseCpuTemplate(Template):
 
     op = "dense"
     target = "cpu"
-    version = "1"
+    version = "2"  # 2: compiled with 512-bit vectors on AVX-512 hosts (codegen_environment)
 
     def space(self, workload: Workload, device: DeviceInfo | None = None) -> ConfigSpace:
         check_workload(self, workload)
