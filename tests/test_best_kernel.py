@@ -210,7 +210,8 @@ print(json.dumps({
 
 
 def test_another_process_loads_the_kernel_from_the_disk_cache(tuned_db, env, kernel_cache_dir):
-    tuner.best_kernel(W, DEVICE, db=tuned_db)  # compiled (and cached on disk) by now, whatever ran before
+    from measure_agent.engine.build import codegen_environment
+
     script = env / "app.py"
     script.write_text(APP)
     # The checkout first on the path, as for the tests themselves (an editable install made before
@@ -218,8 +219,13 @@ def test_another_process_loads_the_kernel_from_the_disk_cache(tuned_db, env, ker
     root = str(Path(tuner.apply.__file__).resolve().parents[1])
     path = os.pathsep.join([root] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))
     child_env = dict(os.environ, XDG_CACHE_HOME=str(kernel_cache_dir), PYTHONPATH=path)
-    for name in ("NUMBA_SLP_VECTORIZE", "NUMBA_OPT"):
+    for name in ("NUMBA_SLP_VECTORIZE", "NUMBA_OPT", "NUMBA_CPU_FEATURES"):
         child_env.pop(name, None)
+    # An application compiles it first (numba's disk cache is keyed by the code-generation settings,
+    # so this test process, which may have imported numba before best_kernel, cannot stand in).
+    first = subprocess.run([sys.executable, str(script), str(tuned_db), "fresh", DEVICE], env=child_env,
+                           capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr
     procs = {mode: subprocess.Popen([sys.executable, str(script), str(tuned_db), mode, DEVICE], env=child_env,
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for mode in ("fresh", "numba-first")}
@@ -236,7 +242,10 @@ def test_another_process_loads_the_kernel_from_the_disk_cache(tuned_db, env, ker
     assert late["applied"] is False and late["env"] == ["1", "3"]
     # Loaded from the on-disk cache, not compiled again.
     assert fresh["cache_hits"] >= 1 and fresh["cache_misses"] == 0
-    assert late["cache_hits"] >= 1 and late["cache_misses"] == 0
+    if not codegen_environment():
+        assert late["cache_hits"] >= 1 and late["cache_misses"] == 0
+    # else (AVX-512 host): numba imported first compiles with its own defaults, which the cache
+    # keeps apart from the 512-bit code the workers made: correct, only slower, as documented.
 
 
 def test_a_config_tuned_on_an_avx512_device_is_served_and_shown(env, cli_env):
