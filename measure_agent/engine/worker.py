@@ -51,7 +51,6 @@ class Worker:
         self.catalog = catalog
         self.cache_dir = cache_dir
         self.device = detect_device()
-        self._rendered: dict[tuple[str, str, str], tuple] = {}  # the run worker renders each candidate twice
         self._problems: dict[str, Problem] = {}
         self._device_inputs: dict[str, tuple] = {}  # CUDA: the problem's inputs on the device
 
@@ -79,22 +78,13 @@ class Worker:
 
     def _render(self, request: dict):
         try:
-            key = (request["workload"], request.get("target", "cpu"), json.dumps(request["config"], sort_keys=True))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise CandidateError(MeasureStatus.INVALID_CONFIG, f"malformed request: {exc}") from None
-        rendered = self._rendered.get(key)
-        if rendered is None:
-            try:
-                workload = parse_workload(request["workload"])
-                template = self.catalog.get(workload.op, key[1])
-                config = self.catalog.space(workload, key[1], self.device).from_json(request["config"])
-            except (WorkloadError, ConfigError, LookupError) as exc:
-                raise CandidateError(MeasureStatus.INVALID_CONFIG, str(exc)) from None
-            rendered = (workload, template.render(workload, config))
-            if len(self._rendered) >= 8:
-                self._rendered.clear()  # only the last few candidates come back
-            self._rendered[key] = rendered
-        return rendered
+            workload = parse_workload(request["workload"])
+            target = request.get("target", "cpu")
+            template = self.catalog.get(workload.op, target)
+            config = self.catalog.space(workload, target, self.device).from_json(request["config"])
+        except (WorkloadError, ConfigError, LookupError) as exc:
+            raise CandidateError(MeasureStatus.INVALID_CONFIG, str(exc)) from None
+        return workload, template.render(workload, config)
 
     def _problem(self, workload: Workload) -> Problem:
         if workload.key not in self._problems:

@@ -86,8 +86,6 @@ def parse_workload(text: str) -> Workload:
 
 @functools.lru_cache(maxsize=1024)  # an agent parses the same few workloads for every candidate
 def _parse_workload_text(text: str) -> Workload:
-    if not text.strip():
-        raise WorkloadError("empty workload; expected e.g. matmul(M=512,N=512,K=512)")
     if ".." in text:
         raise WorkloadError(f"{text.strip()!r} is a shape range (LOW..HIGH), a family of workloads: tune it with "
                             "'tuner tune', which tunes representative shapes; other commands take one shape")
