@@ -24,12 +24,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from measure_agent.engine.build import NUMBA_ENVIRONMENT, codegen_environment  # noqa: E402
+from measure_agent.engine.build import worker_environment  # noqa: E402
 
 # numba reads these at import: set them before anything imports it (the --asm report compiles here,
 # with the workers' settings).
-for _name, _value in {**NUMBA_ENVIRONMENT, **codegen_environment()}.items():
-    os.environ.setdefault(_name, _value)
+os.environ.update(worker_environment())
 
 import numpy as np  # noqa: E402
 

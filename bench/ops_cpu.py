@@ -36,15 +36,12 @@ sys.path.insert(0, str(ROOT))
 os.environ["PYTHONPATH"] = os.pathsep.join(
     [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
 
-from measure_agent.engine.build import NUMBA_ENVIRONMENT, WORKER_ENVIRONMENT_DEFAULTS, codegen_environment  # noqa: E402
+from measure_agent.engine.build import worker_environment  # noqa: E402
 
-# The kernels timed here come from the engine's disk cache, compiled with these settings; any
-# kernel this process compiles itself must see them before numba is imported.
-os.environ.update(NUMBA_ENVIRONMENT)
-# The kernels timed in this process run with the workers' thread settings (OpenMP threads wait
-# passively unless OMP_WAIT_POLICY is exported), set before numba starts.
-for _name, _value in {**WORKER_ENVIRONMENT_DEFAULTS, **codegen_environment()}.items():
-    os.environ.setdefault(_name, _value)
+# The kernels timed here come from the engine's disk cache, compiled (and keyed) with the workers'
+# settings; any kernel this process compiles or loads itself must see them before numba is
+# imported, and the kernels timed in this process run with the workers' thread settings.
+os.environ.update(worker_environment())
 
 import numpy as np  # noqa: E402
 from numpy.lib.stride_tricks import sliding_window_view  # noqa: E402
