@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
+import time
 from contextlib import contextmanager
 from typing import Any, Iterator
 
@@ -87,7 +88,7 @@ def _configure_sqlite(engine: Engine) -> None:
         try:
             cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_S * 1000}")
             cursor.execute("PRAGMA foreign_keys = ON")
-            cursor.execute("PRAGMA journal_mode = WAL")
+            _switch_to_wal(cursor)
             # In WAL mode, NORMAL skips the fsync per commit: a committed result survives any crash
             # of the daemon or agents; only an OS crash or power cut may lose the last commits, and
             # the candidates they held are then measured again when the job resumes.
@@ -98,6 +99,24 @@ def _configure_sqlite(engine: Engine) -> None:
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.info.pop(IMMEDIATE, False) else "BEGIN")
+
+
+def _switch_to_wal(cursor) -> None:
+    """``PRAGMA journal_mode = WAL``, retried within the busy timeout: while another connection
+    switches a new database to WAL, SQLite answers "database is locked" at once, without its busy
+    handler (seen when several processes open a fresh log together). WAL persists in the file, so
+    later connections find it set and pass on the first try."""
+    deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_S
+    pause = 0.005
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(0.2, pause * 2)
 
 
 __all__ = [
