@@ -201,3 +201,34 @@ def test_bench_strategies_refuses_unknown_strategy_and_bad_file(tmp_path, capsys
     (tmp_path / "bad.json").write_text("[]")
     assert main(["bench-strategies", "--space", str(tmp_path / "bad.json")]) == 2
     assert "expected a JSON object" in capsys.readouterr().err
+
+
+def _space_anatomy():
+    import importlib.util
+
+    path = Path(__file__).parents[1] / "bench" / "space_anatomy.py"
+    spec = importlib.util.spec_from_file_location("space_anatomy", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("n_total,n_hits,budget", [(10, 1, 3), (10, 3, 4), (12, 0, 5), (6, 2, 9)])
+def test_space_anatomy_hit_probability_matches_enumeration(n_total, n_hits, budget):
+    draws = list(itertools.combinations(range(n_total), min(budget, n_total)))
+    expected = sum(any(i < n_hits for i in d) for d in draws) / len(draws)
+    assert _space_anatomy().hit_probability(n_total, n_hits, budget) == pytest.approx(expected)
+
+
+def test_space_anatomy_facts_of_a_space(tmp_path):
+    replay = parse_cache(tiny_cache(), "tiny")
+    facts = _space_anatomy().anatomy(replay, budget=5)
+    fractions = {k: replay.optimum / t for k, t in replay.times.items() if t is not None}
+    best = max(fractions, key=fractions.get)
+    one_away = [f for k, f in fractions.items() if sum(a != b for a, b in zip(k, best)) == 1]
+    assert facts["valid"] == len(fractions)
+    assert facts["total"] == replay.size
+    assert facts["at_98"] == sum(f >= 0.98 for f in fractions.values())
+    assert facts["one_knob"] == pytest.approx(max(one_away))
+    assert 0 <= facts["model_rank"] < facts["valid"]
+    assert 0 < facts["p_random"] <= 1
