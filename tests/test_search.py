@@ -157,6 +157,38 @@ def test_regression_objective_also_searches():
     assert best < 10
 
 
+def flat_top_cost(config):
+    # Most configs within a few percent of the best: a plateau of good configs (pnpoly-like).
+    return 1.0 + 0.01 * ((config["x"] * 7 + config["y"]) % 5) + 0.02 * (config["z"] == "b")
+
+
+def objectives_after(cost_fn, batches, **options):
+    strategy = make_strategy("xgb", synthetic_space(), seed=3, **options)
+    seen = []
+    for _ in range(batches):
+        batch = strategy.propose(8)
+        strategy.observe([Observation(c, cost_fn(c)) for c in batch])
+        seen.append(strategy.model.objective if strategy.model.trained else None)
+    return seen
+
+
+def test_auto_objective_ranks_with_ndcg_where_the_random_picks_show_a_flat_top():
+    # The first model batch is proposed after two random batches (16 configs).
+    assert objectives_after(flat_top_cost, 4)[2:] == ["rank:ndcg", "rank:ndcg"]
+    assert objectives_after(cost, 4)[2:] == ["rank:pairwise", "rank:pairwise"]
+
+
+def test_auto_objective_keeps_pairwise_until_enough_random_picks_succeeded():
+    def mostly_failing(config):
+        return flat_top_cost(config) if config["x"] < 2 else None
+
+    assert set(objectives_after(mostly_failing, 3)) <= {None, "rank:pairwise"}
+
+
+def test_an_explicit_objective_is_kept():
+    assert objectives_after(flat_top_cost, 4, objective="rank:pairwise")[2:] == ["rank:pairwise"] * 2
+
+
 def test_unknown_strategy_is_refused():
     with pytest.raises(ValueError, match="unknown strategy 'magic'"):
         make_strategy("magic", synthetic_space())
