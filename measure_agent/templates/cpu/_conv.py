@@ -82,11 +82,17 @@ def pad_input(g: ConvGeometry, lay: Layout, loop: str, padded: bool) -> list[str
             "xp = np.empty((N, C, HP, WP), dtype=x.dtype)",
             f"for nc in {loop}(N * C):",
             "    n, c = nc // C, nc % C",
-            "    xp[n, c, :PH, :] = 0",
-            "    xp[n, c, PH + H:, :] = 0",
-            "    xp[n, c, PH:PH + H, :PW] = 0",
-            "    xp[n, c, PH:PH + H, PW + W:] = 0",
-            "    xp[n, c, PH:PH + H, PW:PW + W] = x[n, c]",
+            "    for i in range(HP):  # plain loops: numba's slice assignments cost ~2x here",
+            "        if i < PH or i >= PH + H:",
+            "            for j in range(WP):",
+            "                xp[n, c, i, j] = 0",
+            "        else:",
+            "            for j in range(PW):",
+            "                xp[n, c, i, j] = 0",
+            "            for j in range(W):",
+            "                xp[n, c, i, PW + j] = x[n, c, i - PH, j]",
+            "            for j in range(PW + W, WP):",
+            "                xp[n, c, i, j] = 0",
         ]
     else:
         lines += [

@@ -104,7 +104,7 @@ class _Conv2dCpuTemplate(Template):
     """
 
     target = "cpu"
-    version = "2"  # 2: compiled with 512-bit vectors on AVX-512 hosts (codegen_environment)
+    version = "3"  # 2: 512-bit vectors on AVX-512 hosts; 3: the zero-padded input copied in plain loops
     layout: str
 
     # -- space ------------------------------------------------------------------------------
