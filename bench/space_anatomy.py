@@ -33,19 +33,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tuner.cost_model import Featurizer, XGBCostModel  # noqa: E402
+from tuner.replay import rank_probabilities  # noqa: E402
 from tuner.replay.cache import ReplaySpace, load_cache  # noqa: E402
-
-
-def hit_probability(n_total: int, n_hits: int, budget: int) -> float:
-    """P(at least one of ``n_hits`` configs among ``budget`` distinct uniform draws of ``n_total``)."""
-    budget = min(budget, n_total)
-    if n_hits <= 0:
-        return 0.0
-    # 1 - C(N - h, n) / C(N, n), as a product to stay finite
-    miss = 1.0
-    for i in range(budget):
-        miss *= max(0.0, (n_total - n_hits - i) / (n_total - i))
-    return 1.0 - miss
 
 
 def anatomy(replay: ReplaySpace, budget: int) -> dict:
@@ -56,22 +45,26 @@ def anatomy(replay: ReplaySpace, budget: int) -> dict:
     best = int(np.argmax(fractions))
     best_digits = np.array(space.indices(configs[best]))
     digits = np.array([space.indices(c) for c in configs])
-    one_knob = np.count_nonzero(digits != best_digits, axis=1) == 1
-    neighbour_best = float(fractions[one_knob & (fractions > 0)].max()) if np.any(one_knob & (fractions > 0)) else 0.0
+    one_knob = (np.count_nonzero(digits != best_digits, axis=1) == 1) & (fractions > 0)
+    neighbour_best = float(fractions[one_knob].max()) if np.any(one_knob) else 0.0
     features = Featurizer(space).rows(configs)
     others = np.arange(len(configs)) != best
     model = XGBCostModel()
     model.fit(features[others], [c for c, keep in zip(costs, others) if keep])
     scores = model.predict(features)
+    valid = int(np.count_nonzero(fractions > 0))
+    near = int(np.count_nonzero(fractions >= 0.98))
+    # the best of a random search is one of the ``near`` fastest configs
+    p_random = float(rank_probabilities(replay.size, valid, budget)[0][:near].sum())
     return {
         "space": replay.name,
         "family": replay.family,
-        "valid": int(np.count_nonzero(fractions > 0)),
+        "valid": valid,
         "total": replay.size,
         "at_99": int(np.count_nonzero(fractions >= 0.99)),
-        "at_98": int(np.count_nonzero(fractions >= 0.98)),
+        "at_98": near,
         "at_95": int(np.count_nonzero(fractions >= 0.95)),
-        "p_random": hit_probability(replay.size, int(np.count_nonzero(fractions >= 0.98)), budget),
+        "p_random": p_random,
         "one_knob": neighbour_best,
         "model_rank": int(np.count_nonzero(scores > scores[best])),
     }
