@@ -99,6 +99,7 @@ class XGBSearch(IndexedStrategy):
         self.flat_min_samples = flat_min_samples
         self._auto = objective == "auto"
         self._random_keys: set[bytes] = set()  # uniformly drawn picks: an unbiased sample of the space
+        self._random_costs: list[float] = []  # their measured costs (successes only)
         self._ensemble = max(1, ensemble)
         self._rounds = rounds
         self._seed = seed
@@ -120,6 +121,9 @@ class XGBSearch(IndexedStrategy):
     def observe(self, observations: Sequence[Observation]) -> None:
         best_before = self._best
         super().observe(observations)
+        for digits, obs in zip(self._digits[len(self._digits) - len(observations):], observations):
+            if obs.cost is not None and self.index.key(digits) in self._random_keys:
+                self._random_costs.append(obs.cost)
         if observations:
             improved = self._best < best_before
             self._batches_since_improvement = 0 if improved else self._batches_since_improvement + 1
@@ -182,8 +186,7 @@ class XGBSearch(IndexedStrategy):
     def _auto_objective(self) -> str:
         """``rank:ndcg`` when the random picks show a flat top (their median time within
         ``flat_ratio`` of their best), else ``rank:pairwise``; pairwise until enough succeeded."""
-        times = np.array([c for d, c in zip(self._digits, self._costs)
-                          if c is not None and self.index.key(d) in self._random_keys])
+        times = np.array(self._random_costs)
         if len(times) < self.flat_min_samples:
             return "rank:pairwise"
         return "rank:ndcg" if np.median(times) <= self.flat_ratio * times.min() else "rank:pairwise"
