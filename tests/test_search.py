@@ -207,3 +207,36 @@ def test_a_config_claimed_by_the_caller_is_never_proposed(name):
         strategy.observe([Observation(c, float(c["a"] * c["b"])) for c in batch])
     assert default.digest not in {c.digest for c in proposed}
     assert len(proposed) == len({c.digest for c in proposed}) == space.size - 1
+
+
+def _initial_picks(space, seed, pool, n=12):
+    strategy = make_strategy("xgb", space, seed=seed, initial_pool=pool)
+    picks = strategy.propose(5) + strategy.propose(n - 5)  # pending picks count for the spread
+    assert len({c.digest for c in picks}) == n and all(space.is_valid(c) for c in picks)
+    return picks
+
+
+def _values_covered(space, picks):
+    return sum(len({c[k.name] for c in picks}) for k in space.knobs)
+
+
+@pytest.mark.parametrize("huge", [False, True])
+def test_the_initial_design_covers_more_knob_values_than_uniform_picks(huge):
+    # Six knobs of 8 values (262,144 configs, or 8^12 when huge: sampled, never enumerated).
+    space = ConfigSpace([ChoiceKnob(f"k{i}", tuple(range(8))) for i in range(12 if huge else 6)])
+    spread = [_values_covered(space, _initial_picks(space, seed, pool=8)) for seed in range(10)]
+    uniform = [_values_covered(space, _initial_picks(space, seed, pool=1)) for seed in range(10)]
+    assert np.mean(spread) > np.mean(uniform) + 0.5 * len(space.knobs)
+
+
+def test_the_initial_design_spreads_away_from_a_config_measured_first():
+    space = ConfigSpace([ChoiceKnob(f"k{i}", tuple(range(4))) for i in range(4)])
+    default = space.from_json({f"k{i}": 0 for i in range(4)})
+    near = 0
+    for seed in range(10):
+        strategy = make_strategy("xgb", space, seed=seed)
+        strategy.claim(default)
+        strategy.observe([Observation(default, 1.0)])
+        near += sum(np.count_nonzero([c[k.name] == 0 for k in space.knobs]) >= 3 for c in strategy.propose(8))
+    # Uniform picks are within one knob of the default with probability 13/255 (about 4 in 80).
+    assert near == 0

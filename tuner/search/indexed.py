@@ -90,6 +90,47 @@ class IndexedStrategy(SearchStrategy):
                         break
         return out
 
+    def _spread(self, n: int, pool: int, anchors: Sequence[np.ndarray] = ()) -> list[Config]:
+        """Up to ``n`` never-seen configs for an initial design: each the one of ``pool`` uniform
+        draws that differs in the most knobs from ``anchors`` and the picks before it (ties: the
+        one whose knob values they use least). Nearly uniform, but a dozen picks cover more
+        values of each knob than a dozen uniform ones; ``pool=1`` is uniform sampling."""
+        out: list[Config] = []
+        chosen = [np.asarray(a, dtype=np.int64) for a in anchors]
+        while len(out) < n:
+            draws = self._unseen_draws(max(1, pool))
+            if not len(draws):
+                break
+            best = 0
+            if chosen and len(draws) > 1:
+                same = draws[:, None, :] == np.array(chosen)[None, :, :]
+                distance = (~same).sum(axis=2).min(axis=1)
+                used = same.sum(axis=(1, 2))
+                best = int(np.lexsort((used, -distance))[0])
+            config = self._claim_digits(draws[best])
+            if config is not None:
+                out.append(config)
+                chosen.append(draws[best])
+        return out
+
+    def _unseen_draws(self, pool: int) -> np.ndarray:
+        """Up to ``pool`` distinct uniformly drawn digit rows never seen before."""
+        width = len(self.index.sizes)
+        if self.index.enumerable:
+            free = np.flatnonzero(~self._taken)
+            if not len(free):
+                return np.zeros((0, width), dtype=np.int64)
+            return self._all[self.rng.choice(free, size=min(pool, len(free)), replace=False)]
+        rows: dict[bytes, np.ndarray] = {}
+        for _ in range(20):
+            for digits in self.index.sample(self.rng, pool):
+                key = self.index.key(digits)
+                if key not in self._keys:
+                    rows.setdefault(key, digits)
+            if rows:
+                break
+        return np.array(list(rows.values())[:pool], dtype=np.int64).reshape(-1, width)
+
     def _ranked_observations(self) -> list[int]:
         """Indices of observations, fastest first; failures last."""
         return sorted(range(len(self._costs)), key=lambda i: (self._costs[i] is None, self._costs[i] or 0.0, i))
