@@ -106,7 +106,7 @@ class XGBSearch(IndexedStrategy):
         self._auto = objective == "auto"
         self._random_keys: set[bytes] = set()  # uniform picks and the initial design: a near-unbiased sample
         self._random_costs: list[float] = []  # their measured costs (successes only)
-        self._design: list[Config] = []  # the initial design's picks
+        self._design: list[np.ndarray] = []  # the initial design's picks, as digit rows
         self._ensemble = max(1, ensemble)
         self._rounds = rounds
         self._seed = seed
@@ -195,12 +195,12 @@ class XGBSearch(IndexedStrategy):
     def _initial(self, n: int) -> list[Config]:
         """The initial design: spread from the earlier initial picks (pending ones included) and
         from whatever else was measured or claimed first (e.g. a job's default config)."""
-        anchors = [self.index.digits_of(c) for c in self._design]
-        anchors += [d for d in self._digits if self.index.key(d) not in self._random_keys]
+        anchors = self._design + [d for d in self._digits if self.index.key(d) not in self._random_keys]
         picks = self._spread(n, self.initial_pool, anchors)
-        self._design += picks
+        digits = [self.index.digits_of(c) for c in picks]
+        self._design += digits
         # Counted with the random picks: near enough to uniform for the flat-top test.
-        self._random_keys.update(self.index.key(self.index.digits_of(c)) for c in picks)
+        self._random_keys.update(self.index.key(d) for d in digits)
         return picks
 
     def _auto_objective(self) -> str:
