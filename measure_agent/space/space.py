@@ -68,6 +68,9 @@ class Constraint:
     knobs: tuple[str, ...]
     predicate: Callable[..., bool]
     description: str
+    # The value tuples (in ``knobs`` order) for which the predicate holds, when the constraint is
+    # a list of allowed combinations: the space then enumerates them instead of the knobs' product.
+    allowed: frozenset[tuple] | None = None
 
     def holds(self, config_values: dict[str, Any]) -> bool:
         return bool(self.predicate(*(config_values[k] for k in self.knobs)))
@@ -108,7 +111,7 @@ class ConfigSpace:
         """Exact number of valid configurations."""
         total = 1
         for group in self._groups:
-            valid = self._valid_combos(group)
+            valid = self.group_combinations(group)
             if valid is None:
                 raise OverflowError("constraint group too large to count exactly")
             total *= len(valid)
@@ -189,11 +192,62 @@ class ConfigSpace:
         return [self._sample_one(rng) for _ in range(count)]
 
     def iter_valid(self) -> Iterator[Config]:
-        """All valid configs in index order (lazy; the space may be huge)."""
-        for digits in itertools.product(*(range(k.size) for k in self.knobs)):
-            config = self.from_indices(digits)
-            if all(c.holds(config.as_dict()) for c in self.constraints):
-                yield config
+        """All valid configs in index order (lazy; the space may be huge).
+
+        Walks the knobs depth-first and cuts every prefix that no valid combination of a
+        constraint group starts with, so it never scans long runs of invalid configs (only
+        groups too large to enumerate are checked when complete).
+        """
+        n = len(self.knobs)
+        where: dict[int, tuple[int, int]] = {}  # knob position -> (group, position in group)
+        prefixes: list[list[set[tuple[int, ...]]] | None] = []
+        group_constraints: list[list[Constraint]] = []
+        for g, group in enumerate(self._groups):
+            for j, name in enumerate(group):
+                where[self.knob_names.index(name)] = (g, j)
+            valid = self.group_combinations(group)
+            if valid is not None and not valid:
+                return
+            prefixes.append(None if valid is None else [{v[:j + 1] for v in valid} for j in range(len(group))])
+            group_constraints.append([c for c in self.constraints if c.knobs[0] in group])
+        digits = [0] * n
+        partial: list[list[int]] = [[] for _ in self._groups]
+
+        def complete_group_ok(g: int) -> bool:
+            values = {name: self._by_name[name].values[d] for name, d in zip(self._groups[g], partial[g])}
+            return all(c.holds(values) for c in group_constraints[g])
+
+        def walk(position: int) -> Iterator[Config]:
+            if position == n:
+                yield self.from_indices(digits)
+                return
+            slot = where.get(position)
+            for d in range(self.knobs[position].size):
+                digits[position] = d
+                if slot is None:
+                    yield from walk(position + 1)
+                    continue
+                g, j = slot
+                partial[g].append(d)
+                allowed = prefixes[g]
+                if allowed is not None:
+                    ok = tuple(partial[g]) in allowed[j]
+                else:
+                    ok = j < len(self._groups[g]) - 1 or complete_group_ok(g)
+                if ok:
+                    yield from walk(position + 1)
+                partial[g].pop()
+
+        yield from walk(0)
+
+    def empty_reason(self) -> str | None:
+        """Why the space has no valid config (the constraints of a group that excludes every
+        combination), or None when it has some or cannot tell (a group too large to enumerate)."""
+        for group in self._groups:
+            if self.group_combinations(group) == []:
+                rules = "; ".join(c.description for c in self.constraints if c.knobs[0] in group)
+                return f"no combination of {', '.join(group)} satisfies: {rules}"
+        return None
 
     def neighbours(self, config: Config) -> list[Config]:
         """Valid configs that differ in one knob, by one step of its value order."""
@@ -254,13 +308,18 @@ class ConfigSpace:
                 groups[root].append(name)
         return [tuple(g) for g in groups.values()]
 
-    def _valid_combos(self, group: tuple[str, ...]) -> list[tuple[int, ...]] | None:
+    def group_combinations(self, group: tuple[str, ...]) -> list[tuple[int, ...]] | None:
+        """The valid digit tuples of a constraint group (its knobs in space order), sorted; None
+        when the group is too large to enumerate."""
         if group not in self._group_valid:
             knobs = [self._by_name[n] for n in group]
-            if math.prod(k.size for k in knobs) > _MAX_GROUP_ENUMERATION:
+            constraints = [c for c in self.constraints if c.knobs[0] in group]
+            listed = next((c for c in constraints if c.allowed is not None and set(c.knobs) == set(group)), None)
+            if listed is not None:
+                self._group_valid[group] = self._listed_combos(group, listed, constraints)
+            elif math.prod(k.size for k in knobs) > _MAX_GROUP_ENUMERATION:
                 self._group_valid[group] = None
             else:
-                constraints = [c for c in self.constraints if c.knobs[0] in group]
                 valid = []
                 for digits in itertools.product(*(range(k.size) for k in knobs)):
                     values = {k.name: k.values[d] for k, d in zip(knobs, digits)}
@@ -269,10 +328,25 @@ class ConfigSpace:
                 self._group_valid[group] = valid
         return self._group_valid[group]
 
+    def _listed_combos(self, group: tuple[str, ...], listed: Constraint,
+                       constraints: list[Constraint]) -> list[tuple[int, ...]]:
+        order = [listed.knobs.index(name) for name in group]
+        knobs = [self._by_name[n] for n in group]
+        valid = set()
+        for values in listed.allowed or ():
+            try:
+                digits = tuple(k.index_of(values[i]) for k, i in zip(knobs, order))
+            except ConfigError:
+                continue
+            named = {k.name: k.values[d] for k, d in zip(knobs, digits)}
+            if all(c.holds(named) for c in constraints):
+                valid.add(digits)
+        return sorted(valid)
+
     def _sample_one(self, rng: np.random.Generator) -> Config:
         values: dict[str, Any] = {}
         for group in self._groups:
-            valid = self._valid_combos(group)
+            valid = self.group_combinations(group)
             if valid is None:
                 values.update(self._reject_sample_group(group, rng))
                 continue

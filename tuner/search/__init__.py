@@ -19,7 +19,9 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from measure_agent.space import ConfigSpace
+import numpy as np
+
+from measure_agent.space import ConfigError, ConfigSpace
 from tuner.cost_model import FeatureProvider
 from tuner.search.annealing import AnnealingSearch
 from tuner.search.base import Observation, PriorObservation, SearchStrategy
@@ -41,13 +43,14 @@ STRATEGIES["default"] = STRATEGIES[DEFAULT_ALIAS]
 DEFAULT_STRATEGY = "default"
 
 
-def make_strategy(name: str, space: ConfigSpace, seed: int = 0, **context: Any) -> SearchStrategy:
+def make_strategy(name: str, space: ConfigSpace, seed: int | None = 0, **context: Any) -> SearchStrategy:
     """The strategy called ``name`` (one of :data:`STRATEGIES`).
 
     ``context`` holds optional keywords (``workload``, ``features``: a template, used when it
     implements :class:`~tuner.cost_model.FeatureProvider`, and strategy options); each strategy
     receives those its constructor accepts and the rest are ignored, so callers can pass the same
-    context to every strategy.
+    context to every strategy. ``seed=None`` draws a fresh seed. Raises :class:`~measure_agent.space.ConfigError` when the
+    constraints leave no valid config.
     """
     try:
         cls = STRATEGIES[name]
@@ -55,6 +58,13 @@ def make_strategy(name: str, space: ConfigSpace, seed: int = 0, **context: Any) 
         raise ValueError(f"unknown strategy {name!r}; choose from {', '.join(STRATEGIES)}") from None
     if context.get("features") is not None and not isinstance(context["features"], FeatureProvider):
         context = {k: v for k, v in context.items() if k != "features"}  # a template without the capability
+    if seed is None:  # a fresh run: draw a seed (strategies derive their model seeds from it)
+        seed = int(np.random.SeedSequence().generate_state(1)[0])
+    elif isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed must be a non-negative integer or None, not {seed!r}")
+    empty = space.empty_reason()
+    if empty is not None:
+        raise ConfigError(f"the space has no valid configuration: {empty}")
     accepted = inspect.signature(cls.__init__).parameters
     kwargs = {k: v for k, v in context.items() if k in accepted}
     return cls(space, seed=seed, **kwargs)

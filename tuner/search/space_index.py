@@ -12,7 +12,6 @@ Built only from the space's public structure (knobs and constraints); cached per
 
 from __future__ import annotations
 
-import itertools
 import math
 import weakref
 from dataclasses import dataclass
@@ -22,8 +21,6 @@ import numpy as np
 
 from measure_agent.space import Config, ConfigSpace
 
-# Groups whose knob product exceeds this are checked by calling their constraints (slow path).
-MAX_GROUP_PRODUCT = 2_000_000
 ENUMERATE_LIMIT = 250_000
 
 
@@ -84,22 +81,12 @@ class SpaceIndex:
             for j in range(len(pos) - 2, -1, -1):
                 radix[j] = radix[j + 1] * sizes[j + 1]
             codes = combos = None
-            if math.prod(int(s) for s in sizes) <= MAX_GROUP_PRODUCT:
-                combos = self._enumerate_group(pos, constraints)
+            listed = self.space.group_combinations(tuple(self.names[int(p)] for p in pos))
+            if listed is not None:
+                combos = np.array(listed, dtype=np.int64).reshape(len(listed), len(pos))
                 codes = combos @ radix if len(combos) else np.zeros(0, dtype=np.int64)
             groups.append(_Group(pos, radix, codes, combos, constraints))
         return groups
-
-    def _enumerate_group(self, positions: np.ndarray, constraints: tuple) -> np.ndarray:
-        knobs = [self.knobs[int(p)] for p in positions]
-        names = [k.name for k in knobs]
-        order = [[names.index(n) for n in c.knobs] for c in constraints]
-        valid = []
-        for digits in itertools.product(*(range(k.size) for k in knobs)):
-            values = [k.values[d] for k, d in zip(knobs, digits)]
-            if all(c.predicate(*(values[i] for i in idx)) for c, idx in zip(constraints, order)):
-                valid.append(digits)
-        return np.array(valid, dtype=np.int64).reshape(len(valid), len(knobs))
 
     # -- conversions ---------------------------------------------------------------------------
     def digits_of(self, config: Config) -> np.ndarray:
@@ -126,6 +113,8 @@ class SpaceIndex:
         """Every valid config as a (size, n_knobs) digit matrix (only when :attr:`enumerable`)."""
         if not self.enumerable:
             raise OverflowError("space too large to enumerate")
+        if self._all is None and self.size == 0:
+            self._all = np.zeros((0, len(self.knobs)), dtype=np.int64)
         if self._all is None:
             parts: list[tuple[np.ndarray, np.ndarray]] = [(g.positions, g.combos) for g in self.groups]
             parts += [(np.array([i]), np.arange(self.sizes[i]).reshape(-1, 1)) for i in self.free]
