@@ -121,3 +121,119 @@ def test_restriction_expressions_evaluate_like_python():
     assert parse_restriction("1 < block_x <= 32", PARAMS)({"block_x": 32})
     assert not parse_restriction("block_x / (block_y - 1) > 1", PARAMS)({"block_x": 4, "block_y": 1})  # x / 0: false
     assert parse_restriction("-block_x if block_y > 2 else +block_x", PARAMS)({"block_x": 4, "block_y": 1}) is True
+
+
+# -- bad input: clear errors, never a raw traceback from deep inside ------------------------------
+@pytest.mark.parametrize("strategy", sorted(STRATEGIES))
+def test_restrictions_that_exclude_everything_say_so(strategy):
+    from measure_agent.space import ConfigError
+
+    with pytest.raises(ConfigError, match=r"no valid configuration: no combination of block_x, block_y satisfies"):
+        tune_function(PARAMS, objective, ["block_x * block_y > 4096"], strategy=strategy, budget=5)
+
+
+def test_grid_walks_a_huge_space_straight_to_its_first_valid_configs():
+    # 10^20 configs; only those with a0 == 9 and a19 == 9 are valid: the first one sits past 9e19
+    # invalid ones in index order, so grid must skip invalid prefixes instead of scanning.
+    params = {f"a{i}": list(range(10)) for i in range(20)}
+    result = tune_function(params, lambda p: 1.0 + sum(p.values()), ["a0 == 9 and a19 == 9"],
+                           strategy="grid", budget=12)
+    assert result.evaluated == 12
+    assert all(p["a0"] == 9 and p["a19"] == 9 for p, _ in result.evaluations)
+    first = result.evaluations[0][0]
+    assert first == {**{f"a{i}": 0 for i in range(20)}, "a0": 9, "a19": 9}
+    assert result.evaluations[1][0]["a18"] == 1  # index order: the last free knob moves fastest
+
+
+def test_iter_valid_is_index_order_and_matches_brute_force():
+    import itertools
+
+    space = UserSpace({"a": [1, 2, 3, 4], "b": [1, 2, 3], "c": ["x", "y"], "d": [0, 1, 2]},
+                      ["a * d <= 4", lambda b, c: c == "x" or b > 1])
+    brute = [p for p in (dict(zip("abcd", v)) for v in itertools.product([1, 2, 3, 4], [1, 2, 3], ["x", "y"], [0, 1, 2]))
+             if space.is_valid(p)]
+    assert [c.as_dict() for c in space.space.iter_valid()] == brute
+
+
+@pytest.mark.parametrize("strategy", ["sa", "xgb", "random"])
+def test_objective_must_return_a_positive_number_or_none(strategy):
+    for bad, message in ((-1.0, "costs must be positive"), (0, "costs must be positive"),
+                         ("1.5", "objective returned '1.5'"), (True, "objective returned True"),
+                         ([1.0], "objective returned")):
+        with pytest.raises(ValueError, match=message):
+            tune_function(PARAMS, lambda p, bad=bad: bad, strategy=strategy, budget=3)
+    result = tune_function(PARAMS, lambda p: float("nan") if p["unroll"] == 1 else 2.0, strategy=strategy,
+                           budget=10, batch_size=5)
+    assert all((v is None) == (p["unroll"] == 1) for p, v in result.evaluations)
+
+
+def test_annealing_accepts_costs_that_are_not_positive():
+    from tuner.search import Observation, make_strategy
+
+    search = make_strategy("sa", UserSpace(PARAMS).space, seed=3)
+    for _ in range(5):
+        batch = search.propose(4)
+        search.observe([Observation(c, -10.0 + c["unroll"]) for c in batch])
+
+
+def test_numpy_values_in_tune_params_become_python_values():
+    import json
+
+    import numpy as np
+
+    params = {"a": np.arange(4), "b": [np.float32(0.5), np.float32(1.5)], "c": [np.bool_(False), np.bool_(True)],
+              "d": list(np.array([8, 16]))}
+    result = tune_function(params, lambda p: 1.0 + p["a"] + p["b"] + p["c"] + p["d"], budget=32, strategy="xgb")
+    assert result.best == {"a": 0, "b": 0.5, "c": False, "d": 8}
+    assert all(type(v) in (int, float, bool) for p, _ in result.evaluations for v in p.values())
+    json.dumps(result.evaluations)
+    with pytest.raises(ValueError, match="non-empty list of values"):
+        UserSpace({"a": np.zeros((2, 2))})
+
+
+@pytest.mark.parametrize("params, message", [
+    ({"a": [1, [2]]}, "value \\[2\\] is not hashable"),
+    ({"a": [1, True]}, "duplicate values 1 and True"),
+    ({"a": [2, 2.0]}, "duplicate values 2 and 2.0"),
+])
+def test_bad_knob_values_are_named(params, message):
+    with pytest.raises(ValueError, match=message):
+        UserSpace(params)
+
+
+def test_bad_restrictions_are_explained():
+    with pytest.raises(RestrictionError, match="restrictions must be a list"):
+        UserSpace(PARAMS, {"block_x": 16})
+    # a restriction that cannot be evaluated names itself and the values
+    with pytest.raises(RestrictionError, match=r"'cache > 1' cannot be evaluated for cache='shared'"):
+        tune_function(PARAMS, objective, ["cache > 1"], budget=3)
+
+    def picky(block_x):
+        raise KeyError("oops")
+
+    with pytest.raises(RestrictionError, match=r"restriction picky raised KeyError for block_x=16"):
+        tune_function(PARAMS, objective, [picky], budget=3)
+    # **kwargs restrictions get every parameter by name
+    space = UserSpace(PARAMS, [lambda **p: p["block_x"] * p["block_y"] <= 64])
+    assert space.is_valid({"block_x": 16, "block_y": 4, "unroll": 1, "vector": 1, "cache": "shared"})
+    assert not space.is_valid({"block_x": 32, "block_y": 4, "unroll": 1, "vector": 1, "cache": "shared"})
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    ({"budget": None}, ValueError, "budget must be an integer >= 1"),
+    ({"budget": 0}, ValueError, "budget must be an integer >= 1"),
+    ({"batch_size": 0}, ValueError, "batch_size must be an integer >= 1"),
+    ({"time_budget_s": -1}, ValueError, "time_budget_s must be a number >= 0 or None"),
+    ({"seed": "x"}, ValueError, "seed must be a non-negative integer or None"),
+    ({"prior": [1, 2]}, TypeError, "prior must hold PriorObservation records, not int"),
+])
+def test_bad_arguments_are_refused(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        tune_function(PARAMS, objective, **kwargs)
+
+
+def test_seed_none_draws_a_fresh_seed():
+    runs = [tune_function(PARAMS, objective, strategy="xgb", budget=10, seed=None) for _ in range(2)]
+    assert all(r.evaluated == 10 for r in runs)
+    firsts = [[tuple(p.values()) for p, _ in r.evaluations] for r in runs]
+    assert firsts[0] != firsts[1]

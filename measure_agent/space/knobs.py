@@ -40,9 +40,14 @@ class ChoiceKnob:
     def __post_init__(self) -> None:
         if not self.values:
             raise ValueError(f"knob {self.name} has no values")
-        positions = {value: i for i, value in enumerate(self.values)}
-        if len(positions) != len(self.values):
-            raise ValueError(f"knob {self.name} has duplicate values")
+        positions: dict[Any, int] = {}
+        for i, value in enumerate(self.values):
+            if not _hashable(value):
+                raise ValueError(f"knob {self.name}: value {value!r} is not hashable (use numbers, strings or tuples)")
+            if value in positions:
+                # True == 1 == 1.0 in Python, so these collide too
+                raise ValueError(f"knob {self.name} has duplicate values {self.values[positions[value]]!r} and {value!r}")
+            positions[value] = i
         object.__setattr__(self, "_positions", positions)
 
     @property

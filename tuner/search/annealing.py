@@ -65,7 +65,11 @@ class AnnealingSearch(IndexedStrategy):
                 continue
             chain.since_improvement += 1
             t = max(self.t_min, self.t_start * self.decay ** chain.steps)
-            if self.rng.random() < math.exp(-(math.log(obs.cost) - math.log(chain.cost)) / t):
+            if chain.cost > 0:  # relative worsening (log ratio), so the temperature is scale-free
+                worse = math.log(obs.cost / chain.cost)
+            else:  # costs that are not positive (a user objective): plain difference
+                worse = obs.cost - chain.cost
+            if self.rng.random() < math.exp(-worse / t):
                 chain.digits, chain.cost = digits, obs.cost
 
     def propose(self, n: int) -> list[Config]:

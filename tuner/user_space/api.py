@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
+import numpy as np
 from measure_agent.space import ChoiceKnob, Config, ConfigSpace, Constraint
 from tuner.search import DEFAULT_STRATEGY, Observation, PriorObservation, make_strategy
 from tuner.user_space.restrictions import RestrictionError, parse_restriction
@@ -43,13 +44,18 @@ class UserSpace:
         for name, values in tune_params.items():
             if not isinstance(name, str) or not name:
                 raise ValueError(f"parameter names must be non-empty strings, not {name!r}")
+            if isinstance(values, np.ndarray):
+                values = values.tolist() if values.ndim == 1 else None
             if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not len(values):
-                raise ValueError(f"tune_params[{name!r}] must be a non-empty list of values")
-            knobs.append(ChoiceKnob(name, tuple(values)))
+                raise ValueError(f"tune_params[{name!r}] must be a non-empty list of values (or a 1-D numpy array)")
+            knobs.append(ChoiceKnob(name, tuple(_plain(v) for v in values)))
         self.tune_params = {k.name: list(k.values) for k in knobs}
         names = list(self.tune_params)
         if isinstance(restrictions, (str, bytes)) or callable(restrictions):
             restrictions = [restrictions]
+        if isinstance(restrictions, Mapping) or not isinstance(restrictions, (Sequence, type(None))):
+            raise RestrictionError("restrictions must be a list of expression strings or callables, "
+                                   f"not a {type(restrictions).__name__}")
         constraints = []
         for restriction in restrictions or ():
             constraint = _constraint(restriction, names)
@@ -75,6 +81,12 @@ class UserSpace:
         return True
 
 
+def _plain(value: Any) -> Any:
+    """numpy scalars (``np.arange(4)``'s items, ``np.float32(0.5)``) as Python values, so configs
+    serialise to JSON and compare like the user's literals."""
+    return value.item() if isinstance(value, np.generic) else value
+
+
 def _constraint(restriction: Restriction, names: list[str]) -> Constraint | None:
     if isinstance(restriction, str):
         parsed = parse_restriction(restriction, names)
@@ -91,26 +103,38 @@ def _constraint(restriction: Restriction, names: list[str]) -> Constraint | None
     except (TypeError, ValueError):
         params = []
     plain = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
-    variadic = any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params)
-    if plain and not variadic and all(p.name in names for p in plain):
+    var_positional = any(p.kind == p.VAR_POSITIONAL for p in params)
+    var_keyword = any(p.kind == p.VAR_KEYWORD for p in params)
+    if plain and not (var_positional or var_keyword) and all(p.name in names for p in plain):
         knob_names = tuple(p.name for p in plain)
-
-        def named(*values: Any) -> bool:
-            return bool(restriction(**dict(zip(knob_names, values))))
-
-        return Constraint(knob_names, named, description)
+        return Constraint(knob_names, _checked(restriction, description, knob_names, by_keyword=True), description)
+    every = tuple(names)
+    if not plain and var_keyword and not var_positional:  # def ok(**params)
+        return Constraint(every, _checked(restriction, description, every, by_keyword=True), description)
     required = [p for p in plain if p.default is p.empty]
-    if len(required) <= 1 and (required or variadic or len(plain) >= 1):
-        every = tuple(names)
-
-        def whole(*values: Any) -> bool:
-            return bool(restriction(dict(zip(every, values))))
-
-        return Constraint(every, whole, description)
+    positional = [p for p in plain if p.kind != p.KEYWORD_ONLY]
+    if len(required) <= 1 and (positional or var_positional) and not any(p.kind == p.KEYWORD_ONLY for p in required):
+        return Constraint(every, _checked(restriction, description, every, by_keyword=False), description)
     raise RestrictionError(
         f"callable restriction {description} must take parameters named after tuning parameters "
         f"({', '.join(names)}) or one dict of all of them"
     )
+
+
+def _checked(restriction: Callable[..., Any], description: str, knob_names: tuple[str, ...],
+             by_keyword: bool) -> Callable[..., bool]:
+    """A constraint predicate calling ``restriction`` with the values as keywords or as one dict;
+    an exception inside it becomes a :class:`RestrictionError` naming the values."""
+
+    def holds(*values: Any) -> bool:
+        named = dict(zip(knob_names, values))
+        try:
+            return bool(restriction(**named) if by_keyword else restriction(named))
+        except Exception as exc:  # noqa: BLE001 - user code; say which restriction and values
+            shown = ", ".join(f"{k}={v!r}" for k, v in named.items())
+            raise RestrictionError(f"restriction {description} raised {type(exc).__name__} for {shown}: {exc}") from exc
+
+    return holds
 
 
 @dataclass
@@ -145,15 +169,30 @@ def tune_function(
     """Minimise ``objective`` over the space: at most ``budget`` distinct configs, and no new batch
     after ``time_budget_s`` seconds or ``early_stopping`` evaluations without improvement.
 
-    ``objective`` gets a ``{name: value}`` dict and returns a cost (lower is better, e.g. seconds)
-    or None when the config failed; a non-finite cost counts as failed. Exceptions propagate.
-    ``prior`` gives records of related problems (transfer learning) to model-based strategies.
+    ``objective`` gets a ``{name: value}`` dict and returns a cost (a positive number, lower is
+    better, e.g. seconds) or None when the config failed; a NaN or infinite cost counts as failed.
+    Anything else (a string, a bool, zero or a negative number) raises ``ValueError`` naming the
+    params; exceptions from ``objective`` propagate. ``prior`` gives records of related problems
+    (transfer learning) to model-based strategies. ``seed=None`` draws a fresh seed.
     """
-    if budget < 1:
-        raise ValueError("budget must be >= 1")
+    for name, value, optional in (("budget", budget, False), ("batch_size", batch_size, False),
+                                  ("early_stopping", early_stopping, True)):
+        if not (optional and value is None) and (not isinstance(value, (int, np.integer)) or isinstance(value, bool)
+                                                 or value < 1):
+            raise ValueError(f"{name} must be an integer >= 1{' or None' if optional else ''}, not {value!r}")
+    if time_budget_s is not None and (isinstance(time_budget_s, bool) or not isinstance(time_budget_s, (int, float, np.number))
+                                      or not time_budget_s >= 0):
+        raise ValueError(f"time_budget_s must be a number >= 0 or None, not {time_budget_s!r}")
+    if not callable(objective):
+        raise TypeError(f"objective must be a callable taking a dict of params, not {type(objective).__name__}")
     space = tune_params if isinstance(tune_params, UserSpace) else UserSpace(tune_params, restrictions)
     if isinstance(tune_params, UserSpace) and restrictions:
         raise ValueError("restrictions belong to the UserSpace when one is given")
+    if prior is not None:
+        prior = list(prior)
+        wrong = next((p for p in prior if not isinstance(p, PriorObservation)), None)
+        if wrong is not None:
+            raise TypeError(f"prior must hold PriorObservation records, not {type(wrong).__name__} ({wrong!r})")
     search = make_strategy(strategy, space.space, seed=seed)
     if prior:
         search.observe_prior(prior)
@@ -171,10 +210,7 @@ def tune_function(
         observations = []
         for config in batch:
             params = config.as_dict()
-            value = objective(dict(params))
-            cost = float(value) if value is not None and not isinstance(value, bool) else None
-            if cost is not None and not math.isfinite(cost):
-                cost = None
+            cost = _cost(objective(dict(params)), params)
             observations.append(Observation(config, cost))
             result.evaluations.append((params, cost))
             if on_result is not None:
@@ -190,3 +226,22 @@ def tune_function(
             break
     result.seconds = time.perf_counter() - started
     return result
+
+
+def _cost(value: Any, params: Mapping[str, Any]) -> float | None:
+    """The objective's return value as a cost: None (failed) or a positive float."""
+    if value is None:
+        return None
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise ValueError(f"objective returned {value!r} ({type(value).__name__}) for {dict(params)}: return a "
+                         "cost (a positive number, lower is better) or None when the config failed")
+    try:
+        cost = float(value)
+    except OverflowError:
+        return None  # an int too large for a float: no usable cost
+    if not math.isfinite(cost):
+        return None
+    if cost <= 0:
+        raise ValueError(f"objective returned {value!r} for {dict(params)}: costs must be positive (lower is "
+                         "better; e.g. seconds, or 1/throughput to maximise a throughput)")
+    return cost

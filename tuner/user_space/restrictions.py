@@ -9,7 +9,9 @@ y``. Anything else (calls, attributes, subscripts, lambdas, comprehensions, unkn
 refused with :class:`RestrictionError` before anything runs. Nothing is ever passed to
 ``eval``: the checked tree is turned into nested Python closures.
 
-Evaluating a restriction that divides by zero makes it false (the config is not valid).
+Evaluating a restriction that divides by zero makes it false (the config is not valid); any other
+evaluation error (comparing a string with a number, an overflow) raises :class:`RestrictionError`
+naming the values, since it is a mistake in the restriction.
 """
 
 from __future__ import annotations
@@ -58,6 +60,13 @@ class Restriction:
             return bool(self._fn(values))
         except ZeroDivisionError:
             return False
+        except RestrictionError:
+            raise
+        except (TypeError, ValueError, ArithmeticError, RecursionError, MemoryError) as exc:
+            # e.g. comparing a string parameter with a number: a mistake in the restriction
+            shown = ", ".join(f"{n}={values[n]!r}" for n in self.names if n in values)
+            raise RestrictionError(f"restriction {self.text!r} cannot be evaluated for {shown}: "
+                                   f"{type(exc).__name__}: {exc}") from None
 
     def predicate(self) -> Callable[..., bool]:
         """A function of the values of ``names``, positionally (a :class:`Constraint` predicate)."""
