@@ -87,6 +87,33 @@ def test_without_restrictions_the_cache_keys_are_the_space():
     assert not replay.space.is_valid(replay.space._config_unchecked({"bx": 16, "by": 1, "unroll": 0}))
 
 
+def test_entries_outside_tune_params_are_counted_and_unknown_failure_markers_accepted():
+    data = tiny_cache()
+    data["cache"]["128,1,0"] = {"bx": 128, "by": 1, "unroll": 0, "time": 0.5}  # bx=128 is not a tune_param
+    data["cache"]["64,2,0"] = {"bx": 64, "by": 2, "unroll": 0, "time": 0.5}  # outside the restriction
+    data["cache"]["8,1,0"]["time"] = "SkippableFailureConfig"  # a marker of a newer Kernel Tuner
+    replay = parse_cache(data, "tiny")
+    assert replay.skipped == 2 and replay.size == 18
+    assert replay.cost(replay.space.make({"bx": 8, "by": 1, "unroll": 0})) is None
+
+
+def test_a_cache_as_space_larger_than_its_product_limit_is_searched_by_every_strategy():
+    # 8 knobs x 7 values = 5.8M combinations, of which 60 are recorded (no restrictions): the
+    # recorded set is the space and is used directly, never sampled by rejection.
+    rng = np.random.default_rng(0)
+    names = [f"p{i}" for i in range(8)]
+    params = {n: list(range(7)) for n in names}
+    cache = {}
+    while len(cache) < 60:
+        values = [int(v) for v in rng.integers(7, size=8)]
+        cache[",".join(map(str, values))] = {**dict(zip(names, values)), "time": 1.0 + sum(values) / 10}
+    replay = parse_cache({"tune_params": params, "tune_params_keys": names, "cache": cache}, "wide")
+    assert replay.space.product_size > 2_000_000 and replay.size == replay.space.size == 60
+    for strategy in ("random", "grid", "ga", "sa", "xgb"):
+        trace = replay_run(replay, strategy, budget=30, seed=0)
+        assert len(trace.costs) == 30 and all(c is not None for c in trace.costs)
+
+
 def test_shared_fixture_parses(tmp_path):
     replay = load_cache(DATA / "pnpoly_trimmed.json.gz")
     assert replay.size == replay.space.size == len(replay.times)
@@ -98,6 +125,13 @@ def test_shared_fixture_parses(tmp_path):
     (lambda d: d.update(restrictions=["__import__('os').system('true')"]), "not allowed"),
     (lambda d: d["cache"]["8,1,0"].update(time=[1, 2]), "no usable time"),
     (lambda d: d.update(tune_params_keys=["bx", "by"]), "does not match"),
+    (lambda d: d["cache"]["8,1,0"].update(time="fast"), "neither a number nor a failure marker"),
+    (lambda d: d["cache"]["8,1,0"].update(time=10 ** 400), "no usable time"),
+    (lambda d: d.update(restrictions=["bx < 'big'"]), r"cannot be evaluated for bx=8.*TypeError"),
+    (lambda d: d["cache"].update({"8.0,1,0": dict(d["cache"]["8,1,0"], bx=8.0, time=99.0)}),
+     "are the same config with different times"),
+    (lambda d: d.update(cache={"7,7,7": {"bx": 7, "by": 7, "unroll": 7, "time": 1.0}}),
+     "none of the 1 cache entries is a config of 'tune_params'"),
 ])
 def test_bad_files_are_refused_with_a_clear_error(mutate, message):
     data = tiny_cache()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 from typing import Any
 
@@ -72,6 +73,10 @@ def run(args: argparse.Namespace) -> int:
         spaces = [load_cache(path) for path in args.space]
     except ReplayError as exc:
         raise CliError(str(exc)) from None
+    for space in spaces:
+        if space.skipped:
+            print(f"note: {space.name}: left out {space.skipped} cache entries outside the space "
+                  "(values not in tune_params, or excluded by the restrictions)", file=sys.stderr)
     names = [s.name for s in spaces]
     if len(set(names)) != len(names):
         raise CliError("two spaces have the same name; give each file a distinct name")

@@ -45,6 +45,7 @@ class ReplaySpace:
     size: int  # configs in the space (failed and missing ones included)
     path: str = ""
     meta: dict = field(default_factory=dict)
+    skipped: int = 0  # cache entries left out: values outside tune_params, or outside the restrictions
 
     def __post_init__(self) -> None:
         ok = sorted(t for t in self.times.values() if t is not None)
@@ -124,6 +125,8 @@ def parse_cache(data: Mapping[str, Any], name: str = "space", path: str = "") ->
 
     # Cache entries -> value tuples in ``keys`` order, matched to the knobs' own values.
     times: dict[tuple, float | None] = {}
+    first_key: dict[tuple, str] = {}
+    outside: list[str] = []
     for text, entry in cache.items():
         if not isinstance(entry, dict):
             raise ReplayError(f"{name}: cache entry {text!r} is not an object")
@@ -137,10 +140,20 @@ def parse_cache(data: Mapping[str, Any], name: str = "space", path: str = "") ->
             else:
                 raise ReplayError(f"{name}: cache entry {text!r} lacks parameter {knob.name!r}")
             if not found:
-                break  # a value outside tune_params: not a config of this space
+                outside.append(str(text))  # a value outside tune_params: not a config of this space
+                break
             values.append(value)
         else:
-            times[tuple(values)] = _time(name, text, entry)
+            config, t = tuple(values), _time(name, text, entry)
+            if config in times and times[config] != t:
+                raise ReplayError(f"{name}: cache entries {first_key[config]!r} and {text!r} are the same config "
+                                  f"with different times ({times[config]!r}, {t!r})")
+            times[config] = t
+            first_key.setdefault(config, str(text))
+    if cache and not times:
+        raise ReplayError(f"{name}: none of the {len(cache)} cache entries is a config of 'tune_params' "
+                          f"(first key {outside[0]!r})")
+    matched = len(times)
 
     if "restrictions" in data and data["restrictions"] is not None:
         restrictions = data["restrictions"]
@@ -160,8 +173,13 @@ def parse_cache(data: Mapping[str, Any], name: str = "space", path: str = "") ->
                 continue
             constraints.append(Constraint(r.names, r.predicate(), text))
         space = ConfigSpace(knobs, constraints)
-        size = space.size
-        times = {k: v for k, v in times.items() if _holds(space, k)}
+        try:
+            size = space.size
+            times = {k: v for k, v in times.items() if _holds(space, k)}
+        except RestrictionError as exc:
+            raise ReplayError(f"{name}: {exc}") from None
+        except OverflowError:
+            raise ReplayError(f"{name}: the restrictions tie too many parameters together to count the space") from None
     else:
         # The space is the set of configs in the cache: one membership constraint over the knobs
         # that vary (constant knobs stay out of it, so the group stays as small as it can).
@@ -172,11 +190,13 @@ def parse_cache(data: Mapping[str, Any], name: str = "space", path: str = "") ->
             raise ReplayError(f"{name}: cache keys disagree on parameters that have one value")
         constraints = []
         if varying:
-            constraints.append(Constraint(tuple(varying), lambda *vals: vals in members, "recorded in the cache"))
+            constraints.append(Constraint(tuple(varying), lambda *vals: vals in members, "recorded in the cache",
+                                          allowed=frozenset(members)))
         space = ConfigSpace(knobs, constraints)
         size = len(times)
     meta = {k: v for k, v in data.items() if k not in ("cache",)}
     return ReplaySpace(
+        skipped=len(outside) + matched - len(times),
         name=name,
         kernel=str(data.get("kernel_name", name)),
         device=str(data.get("device_name", "")),
@@ -204,9 +224,18 @@ def _time(name: str, key: str, entry: Mapping[str, Any]) -> float | None:
     """The time of a cache entry; None for a failed config (a string such as "ErrorConfig")."""
     t = entry.get("time")
     if isinstance(t, str):
-        return None
-    if isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t) and t > 0:
-        return float(t)
+        # Kernel Tuner marks failures with the names of its error classes, all "...Config"
+        if t in FAILED_TIMES or (t.endswith("Config") and t.isidentifier()):
+            return None
+        raise ReplayError(f"{name}: cache entry {key!r} has time {t!r}, neither a number nor a failure "
+                          f"marker ({', '.join(FAILED_TIMES)})")
+    if isinstance(t, (int, float)) and not isinstance(t, bool):
+        try:
+            value = float(t)
+        except OverflowError:
+            value = math.inf
+        if math.isfinite(value) and value > 0:
+            return value
     raise ReplayError(f"{name}: cache entry {key!r} has no usable time ({t!r})")
 
 
