@@ -117,6 +117,11 @@ def test_tuned_config_from_a_database(tuned_db, configs):
         kernel(a)
     with pytest.raises(ValueError, match="out must be"):
         kernel(a, b, out=np.empty((40, 24), np.float32))
+    shared = np.zeros(24 * 40, np.float32)  # an input that is part of out: refused, not computed wrongly
+    a_in_out = shared[:24 * 16].reshape(24, 16)
+    a_in_out[:] = a
+    with pytest.raises(ValueError, match="out must not share memory with an input"):
+        kernel(a_in_out, b, out=shared.reshape(24, 40))
 
     # Compiled once per process: another call, another source of the same config, the same kernel.
     again = tuner.best_kernel(W, "x86_64-*", db=f"sqlite:///{tuned_db}")
@@ -165,6 +170,17 @@ def test_best_configs_file_without_a_database(tuned_db, configs, env):
     with pytest.warns(NotTunedWarning, match="nearest tuned shape"):
         assert tuner.best_kernel(W, "aarch64-*", db=str(shipped)).approximate
 
+    # An entry the installed template rejects is named in the warning, not reported as "nothing tuned".
+    document = json.loads(buffer.getvalue())
+    entry = next(e for e in document["entries"] if e["workload"] == W.key and e["device_key"] == DEVICE)
+    knob = next(iter(entry["config"]))
+    entry["config"][knob] = "no-such-value"
+    broken = env / "app" / "broken.json"
+    broken.write_text(json.dumps(document))
+    with pytest.warns(NotTunedWarning, match=rf"has one, rejected: its config .* for {DEVICE} is not valid for the "
+                      rf"installed template \(.*{knob}"):
+        assert tuner.best_kernel(W, DEVICE, db=broken, nearest=False).is_default
+
 
 def test_errors(env, tuned_db):
     with pytest.raises(TuningLogError, match="no tuning log or best-configs file at"):
@@ -182,6 +198,16 @@ def test_errors(env, tuned_db):
         tuner.best_kernel("matmul(M=4)", DEVICE, db=tuned_db)
     with pytest.raises(TemplateNotFound):
         tuner.best_kernel(W, DEVICE, db=tuned_db, target="fpga")
+    with pytest.raises(TypeError, match="workload must be a Workload or its key"):
+        tuner.best_kernel(None, DEVICE, db=tuned_db)
+    with pytest.raises(TypeError, match="device_key must be a string"):
+        tuner.best_kernel(W, 5, db=tuned_db)
+    with pytest.raises(TypeError, match="db must be a database URL, a file path"):
+        tuner.best_kernel(W, DEVICE, db=5)
+    listed = env / "list.json"
+    listed.write_text("[1, 2]")
+    with pytest.raises(TuningLogError, match="not a best-configs file"):
+        tuner.best_kernel(W, DEVICE, db=listed)
 
 
 APP = r"""

@@ -130,6 +130,9 @@ class TunedKernel:
         elif (not isinstance(out, np.ndarray) or out.shape != self._output_shape or out.dtype != self._dtype
               or not out.flags.c_contiguous or not out.flags.writeable):
             raise ValueError(f"out must be a writeable C-contiguous {self._dtype} array of shape {self._output_shape}")
+        elif any(np.shares_memory(out, array) for array in arrays):
+            # the kernels read their inputs while writing the output: an overlap would be read half-written
+            raise ValueError("out must not share memory with an input")
         self.kernel(*arrays, out, *self.kernel_source.runtime_args)
         return out
 
@@ -150,9 +153,14 @@ def best_kernel(
     and :class:`~tuner.log.TuningLogError` when ``db`` cannot be read (missing file, unreachable
     server, database not migrated).
     """
-    env_applied = _apply_numba_environment()
     if isinstance(workload, str):
         workload = parse_workload(workload)
+    elif not isinstance(workload, Workload):
+        raise TypeError('workload must be a Workload or its key (e.g. "matmul(M=512,N=512,K=512)"), '
+                        f"not {type(workload).__name__}")
+    if device_key is not None and not isinstance(device_key, str):
+        raise TypeError(f"device_key must be a string, not {type(device_key).__name__}")
+    env_applied = _apply_numba_environment()
     from measure_agent.device import detect_device
 
     template = default_catalog().get(workload.op, target)
@@ -211,6 +219,8 @@ def _lookup(workload: Workload, device_key: str, db: Any, target: str, nearest: 
         if path is not None and not path.exists():
             return None, f"no tuning log at {path}", None
         source = opened = TuningLog(url, create=False)
+    elif not isinstance(db, (str, os.PathLike)):
+        raise TypeError(f"db must be a database URL, a file path, a TuningLog or BestConfigs, not {type(db).__name__}")
     else:
         text = os.fspath(db)
         if "://" in text:
@@ -223,15 +233,35 @@ def _lookup(workload: Workload, device_key: str, db: Any, target: str, nearest: 
                 source = load_best_file(path)
             else:
                 source = opened = TuningLog("sqlite:///" + str(path.absolute()), create=False)
+    name = getattr(source, "name", None) or getattr(source, "url", "")
+    where = f"nothing tuned in {name}"
     try:
         keys = source.resolve_device_keys(device_key)
         matches = find_best(source, workload, keys, target, 1, nearest=nearest, validate=True)
         tuned_on = recorded_device(source, matches[0].device_key) if matches else None
+        if not matches or matches[0].approximate:
+            rejected = _rejected_exact(source, workload, keys, target)
+            if rejected:
+                where = f"{name} has one, rejected: {rejected}"
     finally:
         if opened is not None:
             opened.close()
-    name = getattr(source, "name", None) or getattr(source, "url", "")
-    return (matches[0] if matches else None), f"nothing tuned in {name}", tuned_on
+    return (matches[0] if matches else None), where, tuned_on
+
+
+def _rejected_exact(source: Any, workload: Workload, keys: Sequence[str], target: str) -> str | None:
+    """Why the best recorded config for exactly ``workload`` is not usable (None if there is none),
+    so a warning can say so instead of "nothing tuned"."""
+    from measure_agent.space import ConfigError
+    from tuner.log.lookup import recorded_device
+
+    for record in source.best(workload.key, keys, target, top=1):
+        try:
+            template = default_catalog().get(workload.op, target)
+            template.space(workload, recorded_device(source, record.device_key)).from_json(record.config)
+        except ConfigError as exc:
+            return f"its config {record.config} for {record.device_key} is not valid for the installed template ({exc})"
+    return None
 
 
 def _sqlite_file(url: str) -> Path | None:

@@ -207,14 +207,14 @@ def loads_best(text: str, name: str = "best configs") -> BestConfigs:
 
 
 def looks_like_best_file(path: str | Path) -> bool:
-    """Whether ``path`` is a file that starts (after blanks) with ``{``: a best-configs file or a
-    JSON-lines log, never a SQLite database (which starts with ``SQLite format 3``)."""
+    """Whether ``path`` is a file that starts (after blanks) with ``{`` or ``[``: JSON (a best-configs file or a
+    JSON-lines log, or a mistake load_best_file reports), never a SQLite database (``SQLite format 3``)."""
     try:
         with open(path, "rb") as fh:
             head = fh.read(64).lstrip()
     except OSError:
         return False
-    return head.startswith(b"{")
+    return head.startswith((b"{", b"["))
 
 
 __all__ = [
