@@ -13,8 +13,6 @@ set of configs in the cache.
 
 from __future__ import annotations
 
-import gzip
-import json
 import math
 import os
 from dataclasses import dataclass, field
@@ -24,6 +22,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from measure_agent.space import ChoiceKnob, Config, ConfigSpace, Constraint
+from tuner.user_space.cache_file import CacheFileError, read_cache_json
 from tuner.user_space.restrictions import RestrictionError, parse_restriction
 
 FAILED_TIMES = ("ErrorConfig", "CompilationFailedConfig", "RuntimeFailedConfig", "InvalidConfig")
@@ -74,18 +73,9 @@ class ReplaySpace:
 
 def _read_json(path: Path) -> dict:
     try:
-        with open(path, "rb") as fh:
-            head = fh.read(2)
-        opener = gzip.open if head == b"\x1f\x8b" else open
-        with opener(path, "rt", encoding="utf-8") as fh:
-            data = json.load(fh)
-    except OSError as exc:
-        raise ReplayError(f"cannot read {path}: {exc.strerror or exc}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError, EOFError, gzip.BadGzipFile) as exc:
-        raise ReplayError(f"{path} is not a JSON cache file: {exc}") from None
-    if not isinstance(data, dict):
-        raise ReplayError(f"{path}: expected a JSON object at the top level")
-    return data
+        return read_cache_json(path)  # also a cache its writer never closed (a crashed run)
+    except CacheFileError as exc:
+        raise ReplayError(str(exc)) from None
 
 
 def _same(a: Any, b: Any) -> bool:

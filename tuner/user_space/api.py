@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
@@ -29,6 +30,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 from measure_agent.space import ChoiceKnob, Config, ConfigSpace, Constraint
 from tuner.search import DEFAULT_STRATEGY, Observation, PriorObservation, make_strategy
+from tuner.user_space.cache_file import CacheFile
 from tuner.user_space.restrictions import RestrictionError, parse_restriction
 
 Restriction = str | Callable[..., bool]
@@ -57,7 +59,11 @@ class UserSpace:
             raise RestrictionError("restrictions must be a list of expression strings or callables, "
                                    f"not a {type(restrictions).__name__}")
         constraints = []
-        for restriction in restrictions or ():
+        restrictions = list(restrictions or ())
+        # Expression strings, for cache files; a callable cannot be written down.
+        self.expressions: list[str] | None = (
+            [r for r in restrictions if isinstance(r, str)] if all(isinstance(r, str) for r in restrictions) else None)
+        for restriction in restrictions:
             constraint = _constraint(restriction, names)
             if constraint is not None:
                 constraints.append(constraint)
@@ -146,6 +152,8 @@ class TuneResult:
     evaluations: list[tuple[dict[str, Any], float | None]] = field(default_factory=list)  # in order
     stopped: str = "budget"  # budget | time | early_stopping | exhausted
     seconds: float = 0.0
+    from_cache: int = 0  # leading evaluations read from the cache file, not run again
+    errors: list[tuple[dict[str, Any], str]] = field(default_factory=list)  # exceptions caught by ``catch``
 
     @property
     def evaluated(self) -> int:
@@ -165,6 +173,8 @@ def tune_function(
     seed: int = 0,
     prior: Sequence[PriorObservation] | None = None,
     on_result: Callable[[dict[str, Any], float | None], None] | None = None,
+    cache: str | os.PathLike | None = None,
+    catch: type[Exception] | tuple[type[Exception], ...] = (),
 ) -> TuneResult:
     """Minimise ``objective`` over the space: at most ``budget`` distinct configs, and no new batch
     after ``time_budget_s`` seconds or ``early_stopping`` evaluations without improvement.
@@ -172,15 +182,21 @@ def tune_function(
     ``objective`` gets a ``{name: value}`` dict and returns a cost (a positive number, lower is
     better, e.g. seconds) or None when the config failed; a NaN or infinite cost counts as failed.
     Anything else (a string, a bool, zero or a negative number) raises ``ValueError`` naming the
-    params; exceptions from ``objective`` propagate. ``prior`` gives records of related problems
-    (transfer learning) to model-based strategies. ``seed=None`` draws a fresh seed.
+    params. An exception of a type in ``catch`` marks the config failed (its message is kept in
+    ``TuneResult.errors``); any other exception propagates. ``prior`` gives records of related
+    problems (transfer learning) to model-based strategies. ``seed=None`` draws a fresh seed.
+
+    ``cache`` names a Kernel Tuner-format cache file: each evaluation is appended to it at once,
+    and a run given a file that already holds evaluations of this space starts from them instead
+    of calling ``objective`` again (they count toward ``budget``), so an interrupted run resumes.
     """
     for name, value, optional in (("budget", budget, False), ("batch_size", batch_size, False),
                                   ("early_stopping", early_stopping, True)):
         if not (optional and value is None) and (not isinstance(value, (int, np.integer)) or isinstance(value, bool)
                                                  or value < 1):
             raise ValueError(f"{name} must be an integer >= 1{' or None' if optional else ''}, not {value!r}")
-    if time_budget_s is not None and (isinstance(time_budget_s, bool) or not isinstance(time_budget_s, (int, float, np.number))
+    if time_budget_s is not None and (isinstance(time_budget_s, bool)
+                                      or not isinstance(time_budget_s, (int, float, np.number))
                                       or not time_budget_s >= 0):
         raise ValueError(f"time_budget_s must be a number >= 0 or None, not {time_budget_s!r}")
     if not callable(objective):
@@ -193,37 +209,68 @@ def tune_function(
         wrong = next((p for p in prior if not isinstance(p, PriorObservation)), None)
         if wrong is not None:
             raise TypeError(f"prior must hold PriorObservation records, not {type(wrong).__name__} ({wrong!r})")
+    catch = catch if isinstance(catch, tuple) else (catch,)
+    if not all(isinstance(c, type) and issubclass(c, Exception) for c in catch):
+        raise TypeError(f"catch must be an exception class or a tuple of them, not {catch!r}")
     search = make_strategy(strategy, space.space, seed=seed)
     if prior:
         search.observe_prior(prior)
+    cache_file = None
+    if cache is not None:
+        cache_file = CacheFile.open(cache, space.tune_params, space.expressions or ())  # CacheFileError
     started = time.perf_counter()
     result = TuneResult(best=None, best_value=None)
     since_improvement = 0
-    while result.evaluated < budget:
-        if time_budget_s is not None and time.perf_counter() - started >= time_budget_s:
-            result.stopped = "time"
-            break
-        batch = search.propose(min(batch_size, budget - result.evaluated))
-        if not batch:
-            result.stopped = "exhausted"
-            break
-        observations = []
-        for config in batch:
-            params = config.as_dict()
-            cost = _cost(objective(dict(params)), params)
-            observations.append(Observation(config, cost))
-            result.evaluations.append((params, cost))
-            if on_result is not None:
-                on_result(params, cost)
-            if cost is not None and (result.best_value is None or cost < result.best_value):
-                result.best, result.best_value = params, cost
-                since_improvement = 0
-            else:
-                since_improvement += 1
-        search.observe(observations)
-        if early_stopping is not None and since_improvement >= early_stopping:
-            result.stopped = "early_stopping"
-            break
+
+    def account(params: dict[str, Any], cost: float | None) -> None:
+        nonlocal since_improvement
+        result.evaluations.append((params, cost))
+        if cost is not None and (result.best_value is None or cost < result.best_value):
+            result.best, result.best_value = params, cost
+            since_improvement = 0
+        else:
+            since_improvement += 1
+
+    try:
+        if cache_file is not None:
+            # Entries a changed restriction now excludes stay in the file but are not part of this run.
+            cached = [(space.space.make(dict(zip(space.tune_params, values))), cost)
+                      for values, cost in cache_file.previous.items()
+                      if space.is_valid(dict(zip(space.tune_params, values)))][:budget]
+            for config, cost in cached:
+                account(config.as_dict(), cost)
+            search.observe([Observation(config, cost) for config, cost in cached])
+            result.from_cache = len(cached)
+        while result.evaluated < budget:
+            if time_budget_s is not None and time.perf_counter() - started >= time_budget_s:
+                result.stopped = "time"
+                break
+            if early_stopping is not None and since_improvement >= early_stopping:
+                result.stopped = "early_stopping"
+                break
+            batch = search.propose(min(batch_size, budget - result.evaluated))
+            if not batch:
+                result.stopped = "exhausted"
+                break
+            observations = []
+            for config in batch:
+                params = config.as_dict()
+                try:
+                    value = objective(dict(params))
+                except catch as exc:
+                    value = None
+                    result.errors.append((params, f"{type(exc).__name__}: {exc}"))
+                cost = _cost(value, params)
+                if cache_file is not None:
+                    cache_file.record(params, cost)
+                observations.append(Observation(config, cost))
+                account(params, cost)
+                if on_result is not None:
+                    on_result(params, cost)
+            search.observe(observations)
+    finally:
+        if cache_file is not None:
+            cache_file.close()
     result.seconds = time.perf_counter() - started
     return result
 

@@ -1,0 +1,200 @@
+"""Kernel Tuner-format cache files for :func:`tuner.user_space.tune_function`: every evaluation is
+appended as it happens, so an interrupted run resumes where it stopped.
+
+The file is the format Kernel Tuner writes (and :mod:`tuner.replay` reads): a JSON object with
+``tune_params_keys``, ``tune_params``, optional ``restrictions`` and ``cache``, where each entry is
+``"v1,v2,...": {param: value, ..., "time": cost}`` and a failed config has the time
+``"RuntimeFailedConfig"``. Like Kernel Tuner, entries are appended one line each and the closing
+braces are written at the end, so a file cut short by a crash is still read (see
+:func:`read_cache_json`).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+FAILED_TIME = "RuntimeFailedConfig"
+_MISSING = object()
+
+
+class CacheFileError(ValueError):
+    """A cache file that cannot be read or does not belong to this tuning space (one line)."""
+
+
+def read_cache_json(path: str | os.PathLike) -> dict:
+    """The JSON object of a cache file (``.json`` or gzip), also when its writer stopped before
+    closing it: Kernel Tuner and :class:`CacheFile` append entries as ``"key": {...},`` lines and
+    close the object only at the end. Raises :class:`CacheFileError` with a one-line message."""
+    path = Path(path)
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(2)
+        opener = gzip.open if head == b"\x1f\x8b" else open
+        with opener(path, "rt", encoding="utf-8") as fh:
+            text = fh.read()
+    except OSError as exc:
+        raise CacheFileError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except (UnicodeDecodeError, EOFError, gzip.BadGzipFile) as exc:
+        raise CacheFileError(f"{path} is not a JSON cache file: {exc}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        data = _unterminated(text)
+        if data is None:
+            raise CacheFileError(f"{path} is not a JSON cache file: {exc}") from None
+    if not isinstance(data, dict):
+        raise CacheFileError(f"{path}: expected a JSON object at the top level")
+    return data
+
+
+def _unterminated(text: str) -> dict | None:
+    """A cache left open by its writer: drop a half-written last entry, close the braces."""
+    body = text.rstrip()
+    if '"cache"' not in body:
+        return None
+    for _ in range(2):  # as written, then without a last line cut in the middle
+        candidate = body.rstrip().removesuffix(",")
+        if candidate.endswith("{"):
+            candidate += "}}"  # "cache": { with no entries yet
+        else:
+            candidate += "\n}\n}"
+        try:
+            data = json.loads(candidate)
+        except json.JSONDecodeError:
+            cut = body.rfind("\n")
+            if cut <= 0:
+                return None
+            body = body[:cut]
+            continue
+        return data if isinstance(data, dict) else None
+    return None
+
+
+def _key(values: Sequence[Any]) -> str:
+    return ",".join(str(v) for v in values)
+
+
+def _plain_json(value: Any) -> bool:
+    return value is None or isinstance(value, (bool, int, str)) or (isinstance(value, float) and math.isfinite(value))
+
+
+class CacheFile:
+    """Appends evaluations of one tuning space to a Kernel Tuner-format cache file.
+
+    ``CacheFile.open(path, tune_params, restrictions)`` reads the evaluations already in the file
+    (``previous``: ``{values tuple: cost or None}``) after checking that it was written for the
+    same ``tune_params``, then ``record`` appends one evaluation (flushed and synced to disk at
+    once) and ``close`` writes the closing braces. A file that does not exist yet is created.
+    """
+
+    def __init__(self, path: Path, keys: list[str], previous: dict[tuple, float | None], fh) -> None:
+        self.path = path
+        self.keys = keys
+        self.previous = previous
+        self._fh = fh
+
+    @classmethod
+    def open(cls, path: str | os.PathLike, tune_params: Mapping[str, Sequence[Any]],
+             restrictions: Sequence[str] = ()) -> CacheFile:
+        path = Path(path)
+        keys = list(tune_params)
+        for name, values in tune_params.items():
+            odd = next((v for v in values if not _plain_json(v)), None)
+            if odd is not None:
+                raise CacheFileError(f"a cache file holds numbers, strings, booleans and None; tune_params[{name!r}] "
+                                     f"has {odd!r} ({type(odd).__name__})")
+        previous: dict[tuple, float | None] = {}
+        if path.exists() and not (path.is_file() and path.stat().st_size == 0):  # an empty file is a new cache
+            data = read_cache_json(path)
+            previous = _entries(path, data, {k: list(v) for k, v in tune_params.items()})
+        header = {"tune_params_keys": keys, "tune_params": {k: list(v) for k, v in tune_params.items()}}
+        if restrictions:
+            header["restrictions"] = list(restrictions)
+        header["objective"] = "time"
+        lines = [json.dumps(header)[:-1] + ', "cache": {']
+        lines += [_line(keys, values, cost) for values, cost in previous.items()]
+        # Rewrite the file whole (atomically), then append: a closed file is reopened, a broken
+        # last line of a crashed run is dropped.
+        tmp = path.with_name(path.name + ".tmp")
+        try:
+            with open(tmp, "w", encoding="utf-8") as fh:
+                fh.write("\n".join(lines) + "\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+            fh = open(path, "a", encoding="utf-8")
+        except OSError as exc:
+            raise CacheFileError(f"cannot write cache file {path}: {exc.strerror or exc}") from None
+        return cls(path, keys, previous, fh)
+
+    def record(self, params: Mapping[str, Any], cost: float | None) -> None:
+        values = tuple(params[k] for k in self.keys)
+        self._fh.write(_line(self.keys, values, cost) + "\n")
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+
+    def close(self) -> None:
+        """Close the JSON object (the file then is a plain JSON cache file)."""
+        if self._fh.closed:
+            return
+        self._fh.close()
+        text = self.path.read_text(encoding="utf-8").rstrip().removesuffix(",")
+        text += "}}" if text.endswith("{") else "\n}\n}"
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text(text + "\n", encoding="utf-8")
+        os.replace(tmp, self.path)
+
+    def __enter__(self) -> CacheFile:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def _line(keys: list[str], values: tuple, cost: float | None) -> str:
+    entry = dict(zip(keys, values))
+    entry["time"] = FAILED_TIME if cost is None else cost
+    return json.dumps({_key(values): entry})[1:-1] + ","
+
+
+def _entries(path: Path, data: dict, tune_params: dict[str, list]) -> dict[tuple, float | None]:
+    """The evaluations in a cache file written for ``tune_params``: {values tuple: cost or None}."""
+    if data.get("tune_params") != tune_params:
+        other = json.dumps(data.get("tune_params"))[:200]
+        raise CacheFileError(f"{path} holds results of other tune_params ({other}); "
+                             "use another cache file for this space")
+    cache = data.get("cache", {})
+    if not isinstance(cache, dict):
+        raise CacheFileError(f"{path}: 'cache' must be an object")
+    keys = list(tune_params)
+    out: dict[tuple, float | None] = {}
+    for key, entry in cache.items():
+        if not isinstance(entry, dict) or any(k not in entry for k in keys):
+            raise CacheFileError(f"{path}: cache entry {key!r} lacks some of {', '.join(keys)}")
+        values = []
+        for k in keys:
+            allowed = next((a for a in tune_params[k] if _same(entry[k], a)), _MISSING)
+            if allowed is _MISSING:
+                raise CacheFileError(f"{path}: cache entry {key!r} has {k}={entry[k]!r}, outside tune_params")
+            values.append(allowed)  # the space's own value (1 and 1.0 compare equal in JSON)
+        t = entry.get("time")
+        try:
+            cost = float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) else math.nan
+        except OverflowError:
+            cost = math.nan
+        if isinstance(t, str) and t.endswith("Config"):
+            out[tuple(values)] = None
+        elif math.isfinite(cost) and cost > 0:
+            out[tuple(values)] = cost
+        else:
+            raise CacheFileError(f"{path}: cache entry {key!r} has no usable time ({t!r})")
+    return out
+
+
+def _same(a: Any, b: Any) -> bool:
+    return isinstance(a, bool) == isinstance(b, bool) and a == b
