@@ -144,3 +144,27 @@ def test_replay_reads_an_unterminated_kernel_tuner_cache(tmp_path):
     path.write_text("\n".join(lines[:2]))
     with pytest.raises(ReplayError, match="no config"):
         load_cache(path)
+
+
+def test_a_cache_of_a_related_problem_is_a_transfer_prior_that_finds_the_optimum_sooner(tmp_path):
+    from tuner.user_space import prior_from_cache
+
+    params = {"a": list(range(16)), "b": list(range(16)), "c": [0, 1, 2, 3]}
+
+    def cost(p, shift):  # the "other device" has its optimum one step away in b
+        return 1 + 0.1 * (p["a"] - 11) ** 2 + 0.1 * (p["b"] - 3 - shift) ** 2 + 0.5 * (p["c"] != 2)
+
+    source = tmp_path / "other_device.json"
+    tune_function(params, lambda p: cost(p, 0), budget=150, cache=source, seed=7)
+    prior = prior_from_cache(source, weight=0.5)
+    assert len(prior) == 150 and {p.group for p in prior} == {str(source)}
+    optimum = 1.0
+    cold = [optimum / tune_function(params, lambda p: cost(p, 1), budget=24, seed=s).best_value for s in range(4)]
+    warm = [optimum / tune_function(params, lambda p: cost(p, 1), budget=24, seed=s, prior=prior).best_value
+            for s in range(4)]
+    assert warm == [1.0] * 4 and sum(cold) < sum(warm)
+
+    with pytest.raises(ValueError, match="weight"):
+        prior_from_cache(source, weight=0)
+    with pytest.raises(CacheFileError, match="cannot read"):
+        prior_from_cache(tmp_path / "missing.json")

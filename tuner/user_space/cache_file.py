@@ -198,3 +198,36 @@ def _entries(path: Path, data: dict, tune_params: dict[str, list]) -> dict[tuple
 
 def _same(a: Any, b: Any) -> bool:
     return isinstance(a, bool) == isinstance(b, bool) and a == b
+
+
+def prior_from_cache(path: str | os.PathLike, weight: float = 0.5, group: str | None = None) -> list:
+    """Every evaluation in a cache file (another device, input size or kernel version) as transfer
+    records for ``tune_function(prior=...)``: :class:`~tuner.search.PriorObservation` with the
+    entry's params, its time (None: failed) and ``weight`` (0..1] against the run's own results.
+    Costs are compared only within one file (``group``, default: the file's path)."""
+    from tuner.search import PriorObservation  # the tuner side only; keeps this module light
+
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 < weight <= 1:
+        raise ValueError(f"weight must be a number in (0, 1], not {weight!r}")
+    path = Path(path)
+    data = read_cache_json(path)
+    tune_params = data.get("tune_params")
+    cache = data.get("cache")
+    if not isinstance(tune_params, dict) or not isinstance(cache, dict):
+        raise CacheFileError(f"{path}: a cache file needs 'tune_params' and 'cache' objects")
+    keys = list(tune_params)
+    out = []
+    for key, entry in cache.items():
+        if not isinstance(entry, dict) or any(k not in entry for k in keys):
+            raise CacheFileError(f"{path}: cache entry {key!r} lacks some of {', '.join(keys)}")
+        t = entry.get("time")
+        try:
+            cost = float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) else None
+        except OverflowError:
+            cost = None
+        if cost is None and not (isinstance(t, str) and t.endswith("Config")):
+            raise CacheFileError(f"{path}: cache entry {key!r} has no usable time ({t!r})")
+        if cost is not None and not (math.isfinite(cost) and cost > 0):
+            raise CacheFileError(f"{path}: cache entry {key!r} has no usable time ({t!r})")
+        out.append(PriorObservation({k: entry[k] for k in keys}, cost, group=group or str(path), weight=float(weight)))
+    return out
