@@ -34,6 +34,7 @@ class DeviceInfo:
     def from_json(cls, data: dict) -> "DeviceInfo":
         """Inverse of :meth:`to_json`; keys it does not know (GPU limits, versions) go to ``extra``."""
         fields = cls.__dataclass_fields__
+        _check_recorded(data)
         known = {k: data[k] for k in fields if k in data and k != "extra"}
         known["isa_features"] = tuple(known.get("isa_features", ()))
         known.setdefault("arch", "unknown")
@@ -284,3 +285,24 @@ def detect_device(
         board=board,
         extra=dict(detect_gpu() if gpu is None else gpu),
     )
+
+
+_TEXT_FIELDS = ("arch", "cpu_model", "numba_version", "llvm_version", "os", "board")
+
+
+def _check_recorded(data: object) -> None:
+    """Refuse recorded device info of the wrong shape (an imported file, an old row) with a
+    ``ValueError`` naming the field, before it breaks space lookups later on."""
+    if not isinstance(data, dict):
+        raise ValueError(f"device info must be an object, not {type(data).__name__}")
+    for name in _TEXT_FIELDS:
+        if name in data and not isinstance(data[name], str):
+            raise ValueError(f"device info field {name!r} must be a string, not {data[name]!r}")
+    cores = data.get("cores", 0)
+    if isinstance(cores, bool) or not isinstance(cores, int) or cores < 0:
+        raise ValueError(f"device info field 'cores' must be a non-negative integer, not {cores!r}")
+    features = data.get("isa_features", [])
+    if not isinstance(features, (list, tuple)) or not all(isinstance(f, str) for f in features):
+        raise ValueError(f"device info field 'isa_features' must be a list of strings, not {features!r}")
+    if not isinstance(data.get("extra") or {}, dict):
+        raise ValueError(f"device info field 'extra' must be an object, not {data['extra']!r}")

@@ -74,7 +74,7 @@ def test_tune_best_show_kernel_export_import(cli_env, tmp_path):
         (["tune", "--workload", "matmul(M=4,N=4,K=4)", "--target", "fpga"], "unknown target 'fpga'"),
         (["show-kernel", "--workload", "matmul(M=4,N=4,K=4)", "--config", '{"nope": 1}'], "unknown knob 'nope'"),
         (["show-kernel", "--workload", "matmul(M=4,N=4,K=4)", "--config", "{bad"], "not valid JSON"),
-        (["best", "--workload", "matmul(M=4,N=4,K=4)"], "no successful trial"),
+        (["best", "--workload", "matmul(M=4,N=4,K=4)"], "no tuning log at"),
     ],
 )
 def test_bad_input_one_line_error_no_traceback(cli_env, args, message):

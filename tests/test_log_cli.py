@@ -212,3 +212,67 @@ def test_unmigrated_database_is_refused_by_tune(cli_env, tmp_path, capsys):
     bad.write_text('{"format": "tunefleet-log"')
     proc = tuner_cli(cli_env, "log", "import", str(good), str(bad), "--db", str(legacy))
     _assert_one_line_error(proc, f"{bad}: line 1: not valid JSON", "nothing imported")
+
+
+def test_a_corrupt_row_or_a_lost_table_is_a_one_line_error_naming_it(tuned_url, capsys):
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(tuned_url)
+    with engine.begin() as conn:
+        bad_id = conn.execute(text("SELECT id FROM trials WHERE status = 'ok' ORDER BY mean_s LIMIT 1")).scalar()
+        conn.execute(text("UPDATE trials SET config_json = '{not json' WHERE id = :id"), {"id": bad_id})
+    for args in (("best", "--workload", TUNED.key, "--device-key", HOSTS[0]),
+                 ("history", "--workload", TUNED.key),
+                 ("log", "export", "--best-only")):
+        code, out, err = run(capsys, *args, "--db", tuned_url)
+        assert code == 1 and f"holds a corrupt trial (id {bad_id})" in err, (args, err)
+        assert len(err.strip().splitlines()) == 1
+    with engine.begin() as conn:
+        conn.execute(text("DROP TABLE trials"))
+    engine.dispose()
+    code, _, err = run(capsys, "history", "--workload", TUNED.key, "--db", tuned_url)
+    assert code == 1 and "cannot read trials" in err and len(err.strip().splitlines()) == 1
+
+
+def test_reading_commands_never_create_a_log(tmp_path, capsys):
+    missing = tmp_path / "typo" / "tuning.db"
+    for args in (("best", "--workload", TUNED.key), ("history", "--workload", TUNED.key),
+                 ("log", "export", "--best-only"), ("log", "prune", "--keep-best", "1", "--dry-run"),
+                 ("report", "1", "-o", str(tmp_path / "r.html"))):
+        code, out, err = run(capsys, *args, "--db", str(missing))
+        assert code == 1 and f"no tuning log at {missing}" in err, (args, err)
+    assert not missing.parent.exists()
+
+    empty = tmp_path / "empty.db"
+    empty.write_bytes(b"")
+    code, _, err = run(capsys, "best", "--workload", TUNED.key, "--db", str(empty))
+    assert code == 1 and "no tuning log yet" in err
+    assert run(capsys, "db", "current", "--db", str(empty))[0] in (0, 1)
+    from tuner import best_kernel
+    with pytest.raises(Exception, match="no tuning log yet"):
+        best_kernel(TUNED, db=str(empty))
+    assert empty.stat().st_size == 0  # nothing wrote a SQLite header into it
+
+
+def test_import_refuses_malformed_device_info_and_best_skips_configs_the_template_rejects(new_db, tmp_path, capsys):
+    url = new_db()
+    good = TrialRecord(TUNED.key, HOSTS[0], "cpu", _configs(TUNED, 1)[0].to_json(), "ok", (0.004,), 0.004)
+    line = json.loads(json.dumps(good.to_json({"arch": "x86_64", "cores": 2, "isa_features": ["avx2"]})))
+    for field, value in (("isa_features", 5), ("cores", "two"), ("arch", 3)):
+        bad = dict(line, device_info=dict(line["device_info"], **{field: value}))
+        path = tmp_path / f"bad_{field}.jsonl"
+        path.write_text(json.dumps(bad) + "\n")
+        code, _, err = run(capsys, "log", "import", str(path), "--db", url)
+        assert code == 2 and "line 1" in err and f"'{field}'" in err and "nothing imported" in err, err
+
+    alien = dict(line, config={"kc": "x"}, mean_s=0.001, costs=[0.001])
+    path = tmp_path / "alien.jsonl"
+    path.write_text(json.dumps(alien) + "\n")
+    assert run(capsys, "log", "import", str(path), "--db", url)[0] == 0  # the log keeps what was measured
+    code, _, err = run(capsys, "best", "--workload", TUNED.key, "--device-key", HOSTS[0], "--db", url)
+    assert code == 1 and "not valid for the installed matmul template" in err
+    path.write_text(json.dumps(line) + "\n")
+    assert run(capsys, "log", "import", str(path), "--db", url)[0] == 0
+    code, out, _ = run(capsys, "best", "--workload", TUNED.key, "--device-key", HOSTS[0], "--db", url, "--json")
+    best = json.loads(out)
+    assert code == 0 and best["config"] != {"kc": "x"} and best["mean_s"] == 0.004  # the faster alien is skipped

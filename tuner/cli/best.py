@@ -45,14 +45,19 @@ def run(args: argparse.Namespace) -> int:
 
     workload = workload_arg(args.workload)
     device_key = args.device_key or local_device_key()
-    with open_log(args.db) as log:
+    with open_log(args.db, existing=True) as log:
         keys = log.resolve_device_keys(device_key)
         try:
-            matches = find_best(log, workload, keys, args.target, args.top, nearest=args.nearest)
+            matches = find_best(log, workload, keys, args.target, args.top, nearest=args.nearest,
+                                validate=True)  # a config the installed template rejects is no answer
         except TemplateNotFound as exc:
             raise CliError(str(exc)) from None
+        rejected = not matches and bool(log.best(workload.key, keys, args.target, top=1))
     if not matches:
         devices = f"device {device_key}" if keys == [device_key] else f"devices matching {device_key} ({len(keys)})"
+        if rejected:
+            raise CliError(f"the tuned configs of {workload.key} on {devices} (target {args.target}) are not valid "
+                           f"for the installed {workload.op} template (tuned with another version?)", EXIT_FAILURE)
         nearby = f"; no tuned {workload.op}/{workload.dtype} workload has a config valid for it" if args.nearest else ""
         raise CliError(f"no successful trial of {workload.key} on {devices} (target {args.target}){nearby}",
                        EXIT_FAILURE)

@@ -34,16 +34,26 @@ def workload_arg(text: str) -> Workload:
 
 
 @contextmanager
-def open_log(db: str | None) -> Iterator["TuningLog"]:
+def open_log(db: str | None, existing: bool = False) -> Iterator["TuningLog"]:
+    """The tuning log, created (and migrated) when new; ``existing``: commands that only read
+    (or prune) it refuse a log that does not exist instead of creating an empty one at a mistyped path."""
     from tuner.log import TuningLog, TuningLogError
+    from tuner.log.migrate import sqlite_path
     from tuner.settings import SettingsError, resolve_db_url
 
     try:
-        log = TuningLog(resolve_db_url(db))
+        url = resolve_db_url(db, create_directory=not existing)
+        path = sqlite_path(url)
+        if existing and path is not None and not path.exists():
+            raise CliError(f"no tuning log at {path}: nothing was tuned into it (give --db or set TUNEFLEET_DB "
+                           "to the log you tuned with)", EXIT_FAILURE)
+        log = TuningLog(url, create=not existing)
     except (TuningLogError, SettingsError) as exc:
         raise CliError(str(exc), EXIT_FAILURE) from None
     try:
         yield log
+    except TuningLogError as exc:  # a database that fails or holds a corrupt row mid-command
+        raise CliError(str(exc), EXIT_FAILURE) from None
     finally:
         log.close()
 

@@ -29,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
     workload = workload_arg(args.workload)
     if args.status is not None and args.status not in TRIAL_STATUSES:
         raise CliError(f"status {args.status!r} is not one of {', '.join(TRIAL_STATUSES)}")
-    with open_log(args.db) as log:
+    with open_log(args.db, existing=True) as log:
         keys = log.resolve_device_keys(args.device_key) if args.device_key else None
         records = log.trials(workload.key, keys, args.target, args.status, limit=args.limit)
         total = log.count_trials(workload.key, keys, args.target, args.status)

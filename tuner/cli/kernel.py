@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     # --device-key, the device the log recorded for the key; otherwise this host.
     device_key = args.device_key or local_device_key()
     if args.best or args.device_key:
-        with open_log(args.db) as log:
+        with open_log(args.db, existing=True) as log:
             records = log.best(workload.key, device_key, args.target, top=1) if args.best else []
             device = recorded_device(log, device_key)
     else:

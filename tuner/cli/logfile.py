@@ -93,7 +93,7 @@ def run_export(args: argparse.Namespace) -> int:
     from tuner.log import export_best, export_trials
 
     workload_key = workload_arg(args.workload).key if args.workload else None
-    with open_log(args.db) as log:
+    with open_log(args.db, existing=True) as log:
         keys = log.resolve_device_keys(args.device_key) if args.device_key else None
         with _output(args.output) as fh:
             if args.best_only:
@@ -138,7 +138,7 @@ def run_prune(args: argparse.Namespace) -> int:
     if args.keep_best < 0:
         raise CliError("--keep-best must be >= 0")
     workload_key = workload_arg(args.workload).key if args.workload else None
-    with open_log(args.db) as log:
+    with open_log(args.db, existing=True) as log:
         keys = log.resolve_device_keys(args.device_key) if args.device_key else None
         summary = log.prune(args.keep_best, workload_key, keys, args.target,
                             drop_failed=args.drop_failed, dry_run=args.dry_run)

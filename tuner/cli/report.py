@@ -35,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
 
     if not args.output and not args.png:
         raise CliError("give -o FILE.html for the page and/or --png FILE.png for the plot alone")
-    with open_log(args.db) as log:
+    with open_log(args.db, existing=True) as log:
         try:
             data = collect(log, args.job)
         except NotFoundError as exc:

@@ -178,6 +178,8 @@ def schema_state(url: str) -> SchemaState:
     path = sqlite_path(url)
     if path is not None and not path.exists():
         return SchemaState(display, MISSING, None, head_revision())
+    if path is not None and path.is_file() and path.stat().st_size == 0:  # connecting would write a header
+        return SchemaState(display, EMPTY, None, head_revision())
     engine = create_log_engine(url)
     try:
         with guard("read the schema version", display), engine.connect() as conn:

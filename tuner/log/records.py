@@ -225,6 +225,13 @@ class TrialRecord:
             _require_type(obj, name, str, "a string")
         for name in ("config", "device_info"):
             _require_type(obj, name, dict, "an object")
+        if obj["device_info"]:
+            from measure_agent.device import DeviceInfo
+
+            try:
+                DeviceInfo.from_json(obj["device_info"])  # spaces are built from it later
+            except ValueError as exc:
+                raise RecordError(f"field 'device_info': {exc}") from None
         _require_type(obj, "costs", list, "a list")
         if obj["mean_s"] is not None and not _is_number(obj["mean_s"]):
             raise RecordError("field 'mean_s' must be a number or null")

@@ -47,6 +47,7 @@ from tuner.log.database import (
     TuningLogError,
     create_log_engine,
     guard,
+    one_line,
     redact as _redact,
 )
 from tuner.log.records import (
@@ -95,7 +96,7 @@ class TuningLog:
     """
 
     def __init__(self, url: str, *, create: bool = True) -> None:
-        from tuner.log.migrate import MISSING, SchemaState, sqlite_path, ensure_current, head_revision
+        from tuner.log.migrate import EMPTY, MISSING, SchemaState, sqlite_path, ensure_current, head_revision
 
         self._display_url = _redact(url)
         self._closed = False
@@ -106,6 +107,8 @@ class TuningLog:
         path = sqlite_path(url) if not create else None
         if path is not None and not path.exists():  # do not leave an empty file behind
             raise TuningLogError(SchemaState(self._display_url, MISSING, None, head_revision()).refusal())
+        if path is not None and path.is_file() and path.stat().st_size == 0:  # connecting would write a header
+            raise TuningLogError(SchemaState(self._display_url, EMPTY, None, head_revision()).refusal())
         engine = create_log_engine(url)
         self._engine: Engine = engine
         self._dialect = engine.dialect.name
@@ -161,7 +164,7 @@ class TuningLog:
             info = conn.execute(select(schema.devices.c.info).where(schema.devices.c.key == device_key)).scalar()
         if info is None:
             raise NotFoundError(f"no device {device_key!r} in the tuning log")
-        return json.loads(info)
+        return self._decode(info, f"device record ({device_key!r})")
 
     def create_job(
         self,
@@ -249,7 +252,7 @@ class TuningLog:
                 target=row["target"],
                 strategy=row["strategy"],
                 trials=row["trials"],
-                options=json.loads(row["options"]),
+                options=self._decode(row["options"], f"job (id {row['id']})"),
                 status=row["status"],
                 created_at=row["created_at"],
                 finished_at=row["finished_at"],
@@ -530,6 +533,18 @@ class TuningLog:
             with conn.begin():
                 yield conn
 
+    def _decode(self, text: Any, what: str, kind: type = dict) -> Any:
+        """A JSON column, or a one-line error naming the row: a corrupt row must not surface as a
+        JSONDecodeError traceback in every command that reads it."""
+        try:
+            value = json.loads(text)
+        except (TypeError, ValueError) as exc:
+            raise TuningLogError(f"the tuning log {self._display_url} holds a corrupt {what}: {one_line(exc)}") from None
+        if not isinstance(value, kind):
+            raise TuningLogError(f"the tuning log {self._display_url} holds a corrupt {what}: "
+                                 f"expected a JSON {'object' if kind is dict else 'list'}")
+        return value
+
     def _check_open(self) -> None:
         if self._closed:
             raise TuningLogError(f"the tuning log {self._display_url} is closed")
@@ -614,9 +629,9 @@ class TuningLog:
                 workload_key=row["workload_key"],
                 device_key=row["device_key"],
                 target=row["target"],
-                config=json.loads(row["config_json"]),
+                config=self._decode(row["config_json"], f"trial (id {row['id']})"),
                 status=row["status"],
-                costs=tuple(json.loads(row["costs"])),
+                costs=tuple(self._decode(row["costs"], f"trial (id {row['id']})", list)),
                 mean_s=row["mean_s"],
                 compile_time_s=row["compile_time_s"],
                 message=row["message"],
