@@ -48,6 +48,8 @@ def test_pins_and_constraints_narrow_the_space():
         ([], ["tile_m > 10000"], "leave no valid config"),
         ([], ["__import__('os').system('true')"], "not allowed"),
         ([], ["unknown_knob < 3"], "unknown_knob"),
+        ([], ['tile_m < "a"'], "cannot be evaluated for tile_m=1"),  # fails only when evaluated
+        ([], ["tile_m ** 99999999 > 1"], "too large"),
     ],
 )
 def test_bad_pins_and_constraints_are_refused(pins, constraints, fragment):

@@ -83,14 +83,17 @@ def steer_space(space: ConfigSpace, pins: Sequence[tuple[str, str]] = (),
 
         added.append(Constraint(tuple(restriction.names), holds, text))
     steered = ConfigSpace(space.knobs, tuple(space.constraints) + tuple(added))
-    try:
-        size = steered.size
-    except OverflowError:  # a group too large to count: look for one valid config instead
+    try:  # counting evaluates every constraint once per combination: bad ones fail here, not later
         try:
-            steered.sample(np.random.default_rng(0))
-            size = 1
-        except ConfigError:
-            size = 0
+            size = steered.size
+        except OverflowError:  # a group too large to count: look for one valid config instead
+            try:
+                steered.sample(np.random.default_rng(0))
+                size = 1
+            except ConfigError:
+                size = 0
+    except RestrictionError as exc:  # e.g. comparing a number with a string, a huge power
+        raise SteeringError(str(exc)) from None
     if size == 0:
         raise SteeringError("the pins and constraints leave no valid config: "
                             + "; ".join(c.description for c in added))
