@@ -13,11 +13,15 @@ import json
 import sys
 
 from measure_agent import __version__
+from measure_agent.arguments import INT32_MAX, host_port_type, int_range, non_negative_float, positive_float
 from measure_agent.device import detect_device
 from measure_agent.engine import MeasureEngine, MeasureInput, TimingConfig
 from measure_agent.space import ConfigError
 from measure_agent.templates import TemplateNotFound, default_catalog
 from measure_agent.workload import WorkloadError, parse_workload
+
+
+positive_int32 = int_range(1, INT32_MAX)  # the protocol carries these counts as int32
 
 
 def cmd_info(args: argparse.Namespace) -> int:
@@ -66,9 +70,6 @@ def run_agent(args: argparse.Namespace) -> int:
     if not args.key:
         print("measure-agent: error: --tracker needs --key KEY (the device key to join under)", file=sys.stderr)
         return 2
-    if args.parallel < 1:
-        print("measure-agent: error: --parallel must be >= 1", file=sys.stderr)
-        return 2
     from measure_agent.protocol.connection import CredentialsError, TlsFiles, read_tokens
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -96,10 +97,10 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Join a fleet: measure-agent --tracker HOST:PORT --key KEY [--name NAME] [--parallel N]",
     )
     parser.add_argument("--version", action="version", version=f"measure-agent {__version__}")
-    parser.add_argument("--tracker", metavar="HOST:PORT", help="the daemon to join")
+    parser.add_argument("--tracker", type=host_port_type(lowest_port=1), metavar="HOST:PORT", help="the daemon to join")
     parser.add_argument("--key", help="device key to join under, e.g. jetson-orin or rpi4")
     parser.add_argument("--name", help="this agent's name (default: the host name)")
-    parser.add_argument("--parallel", type=int, default=1, help="candidates built at once (default 1)")
+    parser.add_argument("--parallel", type=positive_int32, default=1, help="candidates built at once (default 1)")
     parser.add_argument("--token-file", metavar="FILE", help="agent token, when the daemon requires one")
     parser.add_argument("--tls-ca", metavar="PEM", help="CA certificate to trust the daemon's TLS certificate")
     parser.add_argument("--tls-cert", metavar="PEM", help="this agent's client certificate, when required")
@@ -112,10 +113,11 @@ def build_parser() -> argparse.ArgumentParser:
     measure.add_argument("--workload", required=True, help="e.g. 'matmul(M=512,N=512,K=512)'")
     measure.add_argument("--target", default="cpu")
     measure.add_argument("--config", default="default", help="config JSON, or 'default'")
-    measure.add_argument("--number", type=int, default=1)
-    measure.add_argument("--repeat", type=int, default=3)
-    measure.add_argument("--min-repeat-ms", type=float, default=50.0)
-    measure.add_argument("--timeout", type=float, default=20.0)
+    measure.add_argument("--number", type=positive_int32, default=1, help="calls per timed repeat (default 1)")
+    measure.add_argument("--repeat", type=positive_int32, default=3, help="timed repeats (default 3)")
+    measure.add_argument("--min-repeat-ms", type=non_negative_float, default=50.0,
+                         help="grow --number until one repeat lasts this long (default 50)")
+    measure.add_argument("--timeout", type=positive_float, default=20.0, help="run timeout, seconds (default 20)")
     measure.set_defaults(func=cmd_measure)
     return parser
 

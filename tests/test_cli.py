@@ -105,3 +105,18 @@ def test_corrupt_database_is_a_one_line_error(cli_env, tmp_path):
 
 def test_python_dash_m_and_console_script_agree(cli_env):
     assert "tune" in tuner(cli_env, "--help").stdout
+
+
+def test_cuda_on_a_host_without_a_gpu_is_refused_before_anything_is_recorded(cli_env, tmp_path):
+    from measure_agent.device import detect_gpu
+
+    if detect_gpu():
+        pytest.skip("this host has a CUDA GPU")
+    cli_env.pop("NUMBA_ENABLE_CUDASIM", None)
+    db = tmp_path / "log.db"
+    for args in (("tune", "--workload", "matmul(M=16,N=16,K=16)", "--target", "cuda", "--trials", "2", "--db", str(db)),
+                 ("verify", "--workload", "matmul(M=16,N=16,K=16)", "--target", "cuda", "--samples", "1")):
+        proc = tuner(cli_env, *args, check=False)
+        assert proc.returncode == 1 and "no CUDA GPU on this host" in proc.stderr and "--tracker" in proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1
+    assert not db.exists()

@@ -3,9 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Iterator
 
+from measure_agent.arguments import (  # noqa: F401 - the float types are for the commands
+    INT32_MAX,
+    INT32_MIN,
+    INT64_MAX,
+    host_port_type,
+    int_range,
+    non_negative_float,
+    positive_float,
+)
 from measure_agent.workload import Workload, WorkloadError, parse_workload
 
 if TYPE_CHECKING:
@@ -70,31 +80,12 @@ def add_db_arguments(parser: argparse.ArgumentParser, device: bool = True) -> No
         parser.add_argument("--device-key", help="device key (default: this host's key)")
 
 
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be >= 1")
-    return value
-
-
-def non_negative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"{value} must be >= 0")
-    return value
-
-
-def positive_float(text: str) -> float:
-    value = non_negative_float(text)
-    if value == 0:
-        raise argparse.ArgumentTypeError("must be > 0")
-    return value
+positive_int = int_range(1, INT64_MAX)  # ids, counts and limits (SQLite and protobuf int64)
+non_negative_int = int_range(0, INT64_MAX)  # seeds, --keep-best
+positive_int32 = int_range(1, INT32_MAX)  # what a JobSpec or Timing carries as int32: trials, number, ...
+int32 = int_range(INT32_MIN, INT32_MAX)  # --priority
+tracker_address = host_port_type(lowest_port=1)
+listen_address = host_port_type(lowest_port=0)  # port 0: any free port
 
 
 def add_client_security_arguments(parser: argparse.ArgumentParser) -> None:
@@ -116,6 +107,23 @@ def fleet_client(args: argparse.Namespace, address: str | None = None):
         token_file = resolve_token_file(getattr(args, "token_file", None))
         token = read_tokens(token_file)[0] if token_file else None
         tls = TlsFiles(getattr(args, "tls_ca", None), getattr(args, "tls_cert", None), getattr(args, "tls_key", None))
-        return FleetClient(address or args.tracker, token=token, tls=tls)
+        return FleetClient(address or args.tracker, token=token, tls=tls, on_outage=_note)
     except CredentialsError as exc:
         raise CliError(str(exc)) from None
+
+
+def _note(text: str) -> None:
+    print(f"tuner: note: {text}", file=sys.stderr, flush=True)
+
+
+def require_local_gpu(family: str) -> None:
+    """CUDA templates measured on this host need a GPU (or numba's simulator): say so up front
+    instead of recording every candidate as a compile error."""
+    if family != "cuda":
+        return
+    from measure_agent.device import cuda_simulated, detect_gpu
+
+    if not detect_gpu() and not cuda_simulated():
+        raise CliError("no CUDA GPU on this host: measure CUDA kernels on a fleet (--tracker HOST:PORT --rpc-key "
+                       "KEY of CUDA agents), or set NUMBA_ENABLE_CUDASIM=1 to check templates in numba's simulator",
+                       EXIT_FAILURE)

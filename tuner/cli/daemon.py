@@ -7,12 +7,13 @@ import logging
 import signal
 import threading
 
-from tuner.cli.common import add_db_arguments, open_log, positive_float
+from tuner.cli.common import add_db_arguments, listen_address, open_log, positive_float
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("daemon", help="run the tune-cluster daemon (agents and clients connect to it)")
-    p.add_argument("--listen", default="0.0.0.0:9190", metavar="HOST:PORT", help="address to listen on (default 0.0.0.0:9190)")
+    p.add_argument("--listen", type=listen_address, default="0.0.0.0:9190", metavar="HOST:PORT",
+                   help="address to listen on (default 0.0.0.0:9190)")
     p.add_argument("--heartbeat-interval", type=positive_float, default=2.0, help="seconds between agent heartbeats")
     p.add_argument("--agent-timeout", type=positive_float, default=10.0,
                    help="an agent silent this long is presumed dead and its leases go to others (default 10 s)")
@@ -21,7 +22,8 @@ def register(subparsers) -> None:
     p.add_argument("--tls-client-ca", metavar="PEM", help="require client certificates signed by this CA (agents)")
     p.add_argument("--agent-token-file", metavar="FILE", help="agents must present a token from this file")
     p.add_argument("--client-token-file", metavar="FILE", help="clients must present a token from this file")
-    p.add_argument("--metrics-listen", metavar="HOST:PORT", help="serve Prometheus metrics at http://HOST:PORT/metrics")
+    p.add_argument("--metrics-listen", type=listen_address, metavar="HOST:PORT",
+                   help="serve Prometheus metrics at http://HOST:PORT/metrics")
     p.add_argument("--log-format", choices=("text", "json"), default="text", help="log lines as text or JSON objects")
     p.add_argument("--templates", default="default", choices=("default", "testing"), help=argparse.SUPPRESS)
     add_db_arguments(p, device=False)
@@ -54,6 +56,7 @@ def run(args: argparse.Namespace) -> int:
         )
     except ValueError as exc:
         raise CliError(str(exc)) from None
+    _check_can_bind(args.listen)
     if not (security.agent_tokens and security.client_tokens) and not args.listen.startswith(("127.", "localhost", "[::1]")):
         logging.getLogger("tunefleet.daemon").warning(
             "listening on %s without agent and client tokens: anyone who reaches the port can submit jobs "
@@ -80,3 +83,19 @@ def run(args: argparse.Namespace) -> int:
             metrics.stop()
         daemon.stop()
     return 0
+
+
+def _check_can_bind(address: str) -> None:
+    """gRPC says why it cannot bind only in a log line of its C core: try the address first for a one-line reason."""
+    import socket
+
+    from tuner.cli.common import EXIT_FAILURE, CliError
+
+    host, _, port = address.rpartition(":")
+    try:
+        family, kind, proto, _, sockaddr = socket.getaddrinfo(host.strip("[]"), int(port), type=socket.SOCK_STREAM)[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind(sockaddr)
+    except OSError as exc:
+        raise CliError(f"cannot start the daemon on {address}: {exc.strerror or exc}", EXIT_FAILURE) from None

@@ -12,6 +12,7 @@ from tuner.cli.common import (
     add_client_security_arguments,
     fleet_client,
     positive_int,
+    tracker_address,
     workload_arg,
 )
 from tuner.cli.jobs_view import (
@@ -24,7 +25,7 @@ from tuner.cli.jobs_view import (
 
 
 def _tracker(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--tracker", required=True, metavar="HOST:PORT", help="the daemon")
+    p.add_argument("--tracker", type=tracker_address, required=True, metavar="HOST:PORT", help="the daemon")
     add_client_security_arguments(p)
 
 

@@ -6,7 +6,15 @@ import argparse
 import contextlib
 import sys
 
-from tuner.cli.common import EXIT_FAILURE, CliError, add_db_arguments, open_log, positive_int, workload_arg
+from tuner.cli.common import (
+    EXIT_FAILURE,
+    CliError,
+    add_db_arguments,
+    non_negative_int,
+    open_log,
+    positive_int,
+    workload_arg,
+)
 
 DEVICE_KEY_HELP = "only this device; a glob such as 'x86_64-*' matches several"
 PRUNE_DESCRIPTION = (
@@ -56,7 +64,8 @@ def register(subparsers) -> None:
 
     prune = actions.add_parser("prune", help="keep only the K best ok trials per workload/device/target",
                                description=PRUNE_DESCRIPTION)
-    prune.add_argument("--keep-best", type=int, required=True, metavar="K", help="ok trials kept per group (>= 0)")
+    prune.add_argument("--keep-best", type=non_negative_int, required=True, metavar="K",
+                       help="ok trials kept per group (>= 0)")
     prune.add_argument("--workload", help="only this workload")
     prune.add_argument("--target", help="only this target")
     prune.add_argument("--drop-failed", action="store_true", help="delete failed trials too")
@@ -74,6 +83,8 @@ def _output(path: str | None):
     import os
     import tempfile
 
+    if os.path.isdir(path):  # found before exporting, not when replacing it with the export
+        raise CliError(f"cannot write {path}: Is a directory", EXIT_FAILURE)
     directory = os.path.dirname(os.path.abspath(path))
     try:
         fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tunefleet-export-")
@@ -83,9 +94,11 @@ def _output(path: str | None):
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             yield fh
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if isinstance(exc, OSError):
+            raise CliError(f"cannot write {path}: {exc.strerror or exc}", EXIT_FAILURE) from None
         raise
 
 
@@ -135,8 +148,6 @@ def run_import(args: argparse.Namespace) -> int:
 
 
 def run_prune(args: argparse.Namespace) -> int:
-    if args.keep_best < 0:
-        raise CliError("--keep-best must be >= 0")
     workload_key = workload_arg(args.workload).key if args.workload else None
     with open_log(args.db, existing=True) as log:
         keys = log.resolve_device_keys(args.device_key) if args.device_key else None

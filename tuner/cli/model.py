@@ -20,11 +20,15 @@ from tuner.cli.common import (
     add_client_security_arguments,
     add_db_arguments,
     fleet_client,
+    int32,
     local_device_key,
     non_negative_float,
+    non_negative_int,
     open_log,
     positive_float,
     positive_int,
+    positive_int32,
+    tracker_address,
 )
 from tuner.search import DEFAULT_STRATEGY, STRATEGIES
 
@@ -47,10 +51,10 @@ def register(subparsers) -> None:
                               "warm-up, then rounds for the task whose tuning is estimated to lower the model "
                               "latency most (Ansor's task scheduler). E" + LATENCY_NOTE[1:] + ".")
     _model_arguments(p)
-    p.add_argument("--trials", type=positive_int, required=True,
+    p.add_argument("--trials", type=positive_int32, required=True,
                    help="total configs the log should hold for the model's tasks when done (earlier runs count: "
                    "re-running resumes)")
-    p.add_argument("--round-trials", type=positive_int, default=8, metavar="N",
+    p.add_argument("--round-trials", type=positive_int32, default=8, metavar="N",
                    help="trials per task and round (default 8; the warm-up gives each task one round)")
     p.add_argument("--max-tasks", type=positive_int, metavar="K",
                    help="tune only the K tasks with the most FLOPs (count x FLOPs of one call)")
@@ -58,20 +62,21 @@ def register(subparsers) -> None:
                    help='cpu, cuda, or a TVM-style target such as "llvm -mattr=+avx2" (on a fleet, only matching '
                    "agents measure); default cpu")
     p.add_argument("--strategy", default=DEFAULT_STRATEGY, choices=sorted(STRATEGIES))
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--number", type=positive_int, default=1, help="calls per timed repeat (default 1)")
-    p.add_argument("--repeat", type=positive_int, default=3, help="timed repeats (default 3)")
+    p.add_argument("--seed", type=non_negative_int, default=0)
+    p.add_argument("--number", type=positive_int32, default=1, help="calls per timed repeat (default 1)")
+    p.add_argument("--repeat", type=positive_int32, default=3, help="timed repeats (default 3)")
     p.add_argument("--min-repeat-ms", type=non_negative_float, default=50.0,
                    help="grow --number until one repeat lasts this long (default 50)")
     p.add_argument("--timeout", type=positive_float, default=20.0,
                    help="run timeout per candidate, seconds (default 20)")
     p.add_argument("--build-timeout", type=positive_float, default=120.0,
                    help="build timeout per candidate, seconds (default 120)")
-    p.add_argument("--priority", type=int, default=0, help="fleet jobs of higher priority are served first")
+    p.add_argument("--priority", type=int32, default=0, help="fleet jobs of higher priority are served first")
     p.add_argument("--wait-timeout", type=non_negative_float, default=0.0, metavar="SECONDS",
                    help="fail a job when no agent of the key is present for this long (default: wait)")
-    p.add_argument("--parallel", type=positive_int, default=1, help="build workers of the local agent (default 1)")
-    p.add_argument("--tracker", metavar="HOST:PORT", help="the daemon; without it, tune on this host")
+    p.add_argument("--parallel", type=positive_int32, default=1, help="build workers of the local agent (default 1)")
+    p.add_argument("--tracker", type=tracker_address, metavar="HOST:PORT",
+                   help="the daemon; without it, tune on this host")
     p.add_argument("--rpc-key", metavar="KEY", help="device key of the fleet agents to use (with --tracker)")
     p.add_argument("--json", action="store_true", help="print the final report as JSON")
     add_client_security_arguments(p)
@@ -139,6 +144,8 @@ def run_tune_model(args: argparse.Namespace) -> int:
     from tuner.daemon import FleetClient
     from tuner.steering import SteeringError, parse_target
 
+    if args.rpc_key and not args.tracker:
+        raise CliError("--rpc-key needs --tracker HOST:PORT: without a daemon, tune-model measures on this host")
     found = _extract(args.model, args.batch)
     for skipped in found.skipped:
         _warn(f"skipped {skipped}")

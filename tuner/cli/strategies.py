@@ -17,7 +17,7 @@ import sys
 import time
 from typing import Any
 
-from tuner.cli.common import CliError, positive_float, positive_int
+from tuner.cli.common import EXIT_FAILURE, INT64_MAX, CliError, non_negative_int, positive_float, positive_int
 
 
 def _int_list(text: str) -> list[int]:
@@ -51,7 +51,7 @@ def register(subparsers) -> None:
                    help="comma-separated evaluation budgets (default: 25,50,100,200)")
     p.add_argument("--repeats", type=positive_int, default=20, help="runs per space and strategy (default 20)")
     p.add_argument("--batch-size", type=positive_int, default=8, help="configs per batch (default 8)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the first repeat (default 0)")
+    p.add_argument("--seed", type=non_negative_int, default=0, help="seed of the first repeat (default 0)")
     p.add_argument("--time-budget", type=positive_float, metavar="SECONDS",
                    help="stop each run after this much wall time (results then count what was evaluated)")
     p.add_argument("--transfer", action="store_true",
@@ -69,6 +69,10 @@ def run(args: argparse.Namespace) -> int:
     unknown = [s for s in args.strategies if s not in STRATEGIES]
     if unknown:
         raise CliError(f"unknown strategy {unknown[0]!r}; choose from {', '.join(sorted(STRATEGIES))}")
+    if args.seed + args.repeats - 1 > INT64_MAX:  # repeat r runs with seed --seed + r
+        raise CliError(f"--seed + --repeats - 1 must be at most {INT64_MAX}")
+    if args.json_out:
+        _check_writable(args.json_out)  # before the benchmark, which may run for hours
     try:
         spaces = [load_cache(path) for path in args.space]
     except ReplayError as exc:
@@ -98,14 +102,32 @@ def run(args: argparse.Namespace) -> int:
         results = [_run_task(t) for t in tasks]
     rows = [row for cell_rows in results for row in cell_rows]
     total = time.perf_counter() - started
-    if args.json_out:
-        with open(args.json_out, "w", encoding="utf-8") as fh:
-            json.dump(rows, fh, indent=1)
     if args.json:
         print(json.dumps(rows, indent=1))
     else:
         _print_table(rows, args, total)
+    if args.json_out:  # after printing: results a failed write would lose are on stdout
+        _write_json(args.json_out, rows)
     return 0
+
+
+def _check_writable(path: str) -> None:
+    existed = os.path.exists(path)
+    try:
+        with open(path, "a", encoding="utf-8"):
+            pass
+    except OSError as exc:
+        raise CliError(f"cannot write {path}: {exc.strerror or exc}", EXIT_FAILURE) from None
+    if not existed:
+        os.unlink(path)
+
+
+def _write_json(path: str, rows: list[dict[str, Any]]) -> None:
+    try:
+        with open(path, "w", encoding="utf-8") as fh:
+            json.dump(rows, fh, indent=1)
+    except OSError as exc:
+        raise CliError(f"cannot write {path}: {exc.strerror or exc}", EXIT_FAILURE) from None
 
 
 def vars_of(args: argparse.Namespace) -> dict[str, Any]:

@@ -14,11 +14,15 @@ from tuner.cli.common import (
     add_client_security_arguments,
     add_db_arguments,
     fleet_client,
+    int32,
     local_device_key,
     non_negative_float,
+    non_negative_int,
     open_log,
+    require_local_gpu,
     positive_float,
-    positive_int,
+    positive_int32,
+    tracker_address,
     workload_arg,
 )
 from tuner.cli.jobs_view import print_summary, submit_arguments, watch_with_progress
@@ -33,24 +37,24 @@ def add_job_arguments(p: argparse.ArgumentParser) -> None:
                    help='cpu, cuda, or a TVM-style target such as "cuda -arch=sm_72" or "llvm -mattr=+avx2" '
                    "(on a fleet, only matching agents measure); default cpu")
     p.add_argument("--strategy", default=DEFAULT_STRATEGY, choices=sorted(STRATEGIES))
-    p.add_argument("--trials", type=positive_int, default=64,
+    p.add_argument("--trials", type=positive_int32, default=64,
                    help="distinct configs the log should hold for this workload and device when done "
                    "(default 64); re-running the same command resumes")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--early-stopping", type=positive_int, metavar="N", help="stop after N trials without improvement")
+    p.add_argument("--seed", type=non_negative_int, default=0)
+    p.add_argument("--early-stopping", type=positive_int32, metavar="N", help="stop after N trials without improvement")
     p.add_argument("--time-budget", type=positive_float, metavar="SECONDS",
                    help="propose no new candidates after this much wall time (what is in flight is finished and "
                    "recorded); re-running resumes")
     p.add_argument("--no-transfer", dest="transfer", action="store_false",
                    help="do not start from the log's records of other shapes and devices of the operator")
-    p.add_argument("--number", type=positive_int, default=1, help="calls per timed repeat (default 1)")
-    p.add_argument("--repeat", type=positive_int, default=3, help="timed repeats (default 3)")
+    p.add_argument("--number", type=positive_int32, default=1, help="calls per timed repeat (default 1)")
+    p.add_argument("--repeat", type=positive_int32, default=3, help="timed repeats (default 3)")
     p.add_argument("--min-repeat-ms", type=non_negative_float, default=50.0,
                    help="grow --number until one repeat lasts this long (default 50)")
     p.add_argument("--timeout", type=positive_float, default=20.0, help="run timeout per candidate, seconds (default 20)")
     p.add_argument("--build-timeout", type=positive_float, default=120.0,
                    help="build timeout per candidate, seconds (default 120)")
-    p.add_argument("--priority", type=int, default=0, help="fleet jobs of higher priority are served first")
+    p.add_argument("--priority", type=int32, default=0, help="fleet jobs of higher priority are served first")
     p.add_argument("--wait-timeout", type=non_negative_float, default=0.0, metavar="SECONDS",
                    help="fail when no agent of the key is present for this long (default: wait)")
     p.add_argument("--pin", action="append", default=[], metavar="KNOB=VALUE",
@@ -64,8 +68,9 @@ def add_job_arguments(p: argparse.ArgumentParser) -> None:
 def register(subparsers) -> None:
     p = subparsers.add_parser("tune", help="tune a workload on this host, or on a fleet with --tracker")
     add_job_arguments(p)
-    p.add_argument("--parallel", type=positive_int, default=1, help="build workers of the local agent (default 1)")
-    p.add_argument("--tracker", metavar="HOST:PORT", help="the daemon; without it, tune on this host")
+    p.add_argument("--parallel", type=positive_int32, default=1, help="build workers of the local agent (default 1)")
+    p.add_argument("--tracker", type=tracker_address, metavar="HOST:PORT",
+                   help="the daemon; without it, tune on this host")
     p.add_argument("--rpc-key", metavar="KEY", help="device key of the fleet agents to use (with --tracker)")
     add_client_security_arguments(p)
     add_db_arguments(p)
@@ -84,6 +89,8 @@ def run(args: argparse.Namespace) -> int:
     from tuner.daemon import FleetClient
     from tuner.steering import SteeringError, parse_target
 
+    if args.rpc_key and not args.tracker:
+        raise CliError("--rpc-key needs --tracker HOST:PORT: without a daemon, tune measures on this host")
     workloads, family = _workloads(args.workload)
     timing = timing_from_args(args)
     if args.tracker:  # the daemon validates against its own templates
@@ -99,6 +106,7 @@ def run(args: argparse.Namespace) -> int:
         default_catalog().get(workloads[0].op, target.family)
     except (SteeringError, TemplateNotFound) as exc:
         raise CliError(str(exc)) from None
+    require_local_gpu(target.family)
     device = detect_device()
     if target.has_requirements and not target.matches(device.to_json()):
         raise CliError(f"this host ({device.cpu_model}, {' '.join(device.isa_features)}) does not match target "

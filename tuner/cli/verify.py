@@ -27,8 +27,11 @@ from tuner.cli.common import (
     EXIT_FAILURE,
     WORKLOAD_HELP,
     CliError,
+    non_negative_int,
     positive_float,
     positive_int,
+    require_local_gpu,
+    tracker_address,
     workload_arg,
 )
 from tuner.measure import Measurer, SyncMeasurer
@@ -90,13 +93,14 @@ def register(subparsers) -> None:
         "Exits 1 when any config fails or differs.")
     p.add_argument("--workload", required=True, help=WORKLOAD_HELP)
     p.add_argument("--target", default="cpu", help="template family: cpu or cuda (default: cpu)")
-    p.add_argument("--samples", type=_non_negative_int, default=3, help="random configs besides the default (default 3)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random configs (default 0)")
+    p.add_argument("--samples", type=non_negative_int, default=3, help="random configs besides the default (default 3)")
+    p.add_argument("--seed", type=non_negative_int, default=0, help="seed of the random configs (default 0)")
     p.add_argument("--parallel", type=positive_int, default=1, help="build workers (default 1)")
     p.add_argument("--timeout", type=positive_float, default=60.0, help="run timeout per config, seconds (default 60)")
     p.add_argument("--build-timeout", type=positive_float, default=300.0,
                    help="build timeout per config, seconds (default 300)")
-    p.add_argument("--tracker", metavar="HOST:PORT", help="verify on fleet agents instead of this host")
+    p.add_argument("--tracker", type=tracker_address, metavar="HOST:PORT",
+                   help="verify on fleet agents instead of this host")
     p.add_argument("--rpc-key", metavar="KEY", help="device key of the fleet agents (with --tracker)")
     add_client_security_arguments(p)
     p.set_defaults(func=run)
@@ -114,6 +118,7 @@ def run(args: argparse.Namespace) -> int:
         template = default_catalog().get(workload.op, args.target)
     except TemplateNotFound as exc:
         raise CliError(str(exc)) from None
+    require_local_gpu(template.target)
     try:
         timing = TimingConfig(number=1, repeat=1, min_repeat_ms=0.0, warmup=1,
                               build_timeout_s=args.build_timeout, run_timeout_s=args.timeout)
@@ -215,12 +220,3 @@ def _error(value: float | None) -> str:
         return str(value)
     return f"{value:.3g}"
 
-
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value} must be >= 0")
-    return value
