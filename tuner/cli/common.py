@@ -36,6 +36,11 @@ class CliError(Exception):
         self.code = code
 
 
+def cannot_write(path: str, exc: OSError) -> CliError:
+    """The one-line failure for an output file that could not be written."""
+    return CliError(f"cannot write {path}: {exc.strerror or exc}", EXIT_FAILURE)
+
+
 def workload_arg(text: str) -> Workload:
     try:
         return parse_workload(text)

@@ -7,7 +7,7 @@ import logging
 import signal
 import threading
 
-from tuner.cli.common import add_db_arguments, listen_address, open_log, positive_float
+from tuner.cli.common import EXIT_FAILURE, CliError, add_db_arguments, listen_address, open_log, positive_float
 
 
 def register(subparsers) -> None:
@@ -32,7 +32,6 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from measure_agent.templates import load_catalog
-    from tuner.cli.common import CliError
     from tuner.daemon import Daemon
 
     from tuner.daemon.observability import JsonLogFormatter, MetricsServer
@@ -67,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
                             heartbeat_interval_s=args.heartbeat_interval, agent_timeout_s=args.agent_timeout,
                             security=security)
         except (OSError, RuntimeError, ValueError) as exc:
-            raise CliError(f"cannot start the daemon on {args.listen}: {exc}", 1) from None
+            raise CliError(f"cannot start the daemon on {args.listen}: {exc}", EXIT_FAILURE) from None
         daemon.start()
         metrics = None
         if args.metrics_listen:
@@ -75,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
                 metrics = MetricsServer(args.metrics_listen, daemon).start()
             except (OSError, ValueError) as exc:
                 daemon.stop()
-                raise CliError(f"cannot serve metrics on {args.metrics_listen}: {exc}", 1) from None
+                raise CliError(f"cannot serve metrics on {args.metrics_listen}: {exc}", EXIT_FAILURE) from None
         print(f"tunefleet daemon listening on {daemon.address}"
               + (f", metrics on port {metrics.port}" if metrics else ""), flush=True)
         stop.wait()
@@ -88,8 +87,6 @@ def run(args: argparse.Namespace) -> int:
 def _check_can_bind(address: str) -> None:
     """gRPC says why it cannot bind only in a log line of its C core: try the address first for a one-line reason."""
     import socket
-
-    from tuner.cli.common import EXIT_FAILURE, CliError
 
     host, _, port = address.rpartition(":")
     try:

@@ -10,6 +10,7 @@ from tuner.cli.common import (
     EXIT_FAILURE,
     CliError,
     add_db_arguments,
+    cannot_write,
     non_negative_int,
     open_log,
     positive_int,
@@ -89,7 +90,7 @@ def _output(path: str | None):
     try:
         fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tunefleet-export-")
     except OSError as exc:
-        raise CliError(f"cannot write {path}: {exc.strerror}", EXIT_FAILURE) from None
+        raise cannot_write(path, exc) from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             yield fh
@@ -98,7 +99,7 @@ def _output(path: str | None):
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         if isinstance(exc, OSError):
-            raise CliError(f"cannot write {path}: {exc.strerror or exc}", EXIT_FAILURE) from None
+            raise cannot_write(path, exc) from None
         raise
 
 

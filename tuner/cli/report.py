@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from tuner.cli.common import EXIT_FAILURE, CliError, add_db_arguments, positive_int
+from tuner.cli.common import EXIT_FAILURE, CliError, add_db_arguments, cannot_write, positive_int
 
 DESCRIPTION = (
     "Write a self-contained HTML page about a tuning job of the log: summary (workload, device and its info, "
@@ -63,4 +63,4 @@ def _write(path: str, content: bytes) -> None:
     try:
         Path(path).write_bytes(content)
     except OSError as exc:
-        raise CliError(f"cannot write {path}: {exc.strerror or exc}", EXIT_FAILURE) from None
+        raise cannot_write(path, exc) from None

@@ -17,7 +17,7 @@ import sys
 import time
 from typing import Any
 
-from tuner.cli.common import EXIT_FAILURE, INT64_MAX, CliError, non_negative_int, positive_float, positive_int
+from tuner.cli.common import INT64_MAX, CliError, cannot_write, non_negative_int, positive_float, positive_int
 
 
 def _int_list(text: str) -> list[int]:
@@ -117,7 +117,7 @@ def _check_writable(path: str) -> None:
         with open(path, "a", encoding="utf-8"):
             pass
     except OSError as exc:
-        raise CliError(f"cannot write {path}: {exc.strerror or exc}", EXIT_FAILURE) from None
+        raise cannot_write(path, exc) from None
     if not existed:
         os.unlink(path)
 
@@ -127,7 +127,7 @@ def _write_json(path: str, rows: list[dict[str, Any]]) -> None:
         with open(path, "w", encoding="utf-8") as fh:
             json.dump(rows, fh, indent=1)
     except OSError as exc:
-        raise CliError(f"cannot write {path}: {exc.strerror or exc}", EXIT_FAILURE) from None
+        raise cannot_write(path, exc) from None
 
 
 def vars_of(args: argparse.Namespace) -> dict[str, Any]:
