@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tuner.cli import main as tuner_main  # noqa: E402
-from tuner.model import ModelError, extract_tasks, import_onnx  # noqa: E402
+from tuner.graph import ModelError, extract_tasks, import_onnx  # noqa: E402
 
 STAGES = ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2))  # (width, blocks, stride of the first block)
 EXPANSION = 4

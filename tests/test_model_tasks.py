@@ -13,7 +13,7 @@ onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 from tuner.cli import main  # noqa: E402
-from tuner.model import ModelError, extract_tasks, tasks_from_model  # noqa: E402
+from tuner.graph import ModelError, extract_tasks, tasks_from_model  # noqa: E402
 
 
 def weight(name: str, shape, dtype=np.float32):
@@ -216,7 +216,7 @@ def test_broken_file_through_the_real_command_line(cli_env, tmp_path):
 
 def test_without_onnx_the_tuner_imports_and_model_commands_say_what_to_install(cli_env, tmp_path):
     code = ("import sys; sys.modules['onnx'] = None\n"
-            "import tuner.model, tuner.cli\n"
+            "import tuner.graph, tuner.cli\n"
             "from tuner.cli import main\n"
             "sys.exit(main(['tasks', sys.argv[1]]))\n")
     path = tmp_path / "m.onnx"

@@ -11,7 +11,7 @@ from measure_agent.engine import TimingConfig
 from measure_agent.protocol.errors import InvalidRequest, Unavailable
 from measure_agent.protocol.v1 import fleet_pb2 as pb
 from measure_agent.workload import parse_workload
-from tuner.model import FleetTaskTuner, Task, TaskScheduler, TuneOutcome
+from tuner.graph import FleetTaskTuner, Task, TaskScheduler, TuneOutcome
 
 from fleet_helpers import agent_names, start_agent, start_daemon, stop_all, wait_for
 
@@ -187,7 +187,7 @@ def test_scheduler_rejects_bad_arguments():
 
 def test_tune_model_report_text_and_json():
     from tuner.cli.model import print_report, report_json
-    from tuner.model import ModelTasks
+    from tuner.graph import ModelTasks
 
     tasks = (task(A, 2), task(B, 1), task(C, 1))
     found = ModelTasks(source="m.onnx", tasks=tasks, nodes=5)

@@ -1,8 +1,8 @@
 """``tuner tasks`` and ``tuner tune-model``: the tunable workloads of an ONNX model, and tuning them all.
 
-``tasks`` lists the model's workloads (see :mod:`tuner.model.tasks` for the mapping) with how often
+``tasks`` lists the model's workloads (see :mod:`tuner.graph.tasks` for the mapping) with how often
 each runs per inference. ``tune-model`` shares a total trial budget among them with the task
-scheduler of :mod:`tuner.model.scheduler` (round-robin warm-up, then Ansor's gradient rounds), one
+scheduler of :mod:`tuner.graph.scheduler` (round-robin warm-up, then Ansor's gradient rounds), one
 fleet job per round, and prints the estimated model latency with default and with tuned configs:
 the sum over tasks of count x mean time, which ignores the operators that are not tasks.
 """
@@ -91,7 +91,7 @@ def _model_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _extract(path: str, batch: int | None):
-    from tuner.model import ModelError, extract_tasks
+    from tuner.graph import ModelError, extract_tasks
 
     try:
         return extract_tasks(path, batch)
@@ -208,7 +208,7 @@ def _most_work(tasks, limit: int | None):
 
 
 def _schedule(client, device_key: str, tasks, found, args: argparse.Namespace, timing) -> int:
-    from tuner.model import FleetTaskTuner, TaskScheduler
+    from tuner.graph import FleetTaskTuner, TaskScheduler
 
     tuner = FleetTaskTuner(client, device_key, target=args.target, strategy=args.strategy, seed=args.seed,
                            priority=args.priority, timing=timing, wait_timeout_s=args.wait_timeout)

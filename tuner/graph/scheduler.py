@@ -44,7 +44,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Protocol, Sequence
 
-from tuner.model.tasks import Task
+from tuner.graph.tasks import Task
 
 if TYPE_CHECKING:
     from measure_agent.engine import TimingConfig

@@ -4,7 +4,7 @@
 and its absence is a one-line :class:`ModelError`.
 """
 
-from tuner.model.scheduler import (
+from tuner.graph.scheduler import (
     FleetTaskTuner,
     RoundReport,
     ScheduleResult,
@@ -12,7 +12,7 @@ from tuner.model.scheduler import (
     TaskState,
     TuneOutcome,
 )
-from tuner.model.tasks import (
+from tuner.graph.tasks import (
     INSTALL_HINT,
     ModelError,
     ModelTasks,
