@@ -33,8 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tuner.cost_model import Featurizer, XGBCostModel  # noqa: E402
-from tuner.replay import rank_probabilities  # noqa: E402
-from tuner.replay.cache import ReplaySpace, load_cache  # noqa: E402
+from tuner.replay import ReplaySpace, find_cache_files, load_cache, rank_probabilities  # noqa: E402
 
 
 def anatomy(replay: ReplaySpace, budget: int) -> dict:
@@ -76,9 +75,7 @@ def main() -> int:
     parser.add_argument("--only", default="", help="comma-separated substrings of space names to keep")
     parser.add_argument("--budget", type=int, default=200)
     args = parser.parse_args()
-    files = sorted(p for p in Path(args.spaces_dir).glob("*.json*") if p.name.endswith((".json", ".json.gz")))
-    if args.only:
-        files = [p for p in files if any(s in p.name for s in args.only.split(",") if s)]
+    files = find_cache_files(args.spaces_dir, args.only.split(","))
     if not files:
         print(f"no Kernel Tuner cache files in {args.spaces_dir}", file=sys.stderr)
         return 1

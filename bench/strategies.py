@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tuner.cli import main as tuner_main  # noqa: E402
+from tuner.replay import find_cache_files  # noqa: E402
 
 
 def main() -> int:
@@ -28,10 +29,7 @@ def main() -> int:
     parser.add_argument("--only", default="", help="comma-separated substrings of space names to keep")
     args, rest = parser.parse_known_args()
     spaces_dir = Path(args.spaces_dir)
-    files = sorted(p for p in spaces_dir.glob("*.json*") if p.name.endswith((".json", ".json.gz")))
-    if args.only:
-        keep = [s for s in args.only.split(",") if s]
-        files = [p for p in files if any(s in p.name for s in keep)]
+    files = find_cache_files(spaces_dir, args.only.split(","))
     if not files:
         print(f"no Kernel Tuner cache files in {spaces_dir}", file=sys.stderr)
         return 1

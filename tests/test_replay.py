@@ -12,7 +12,10 @@ import numpy as np
 import pytest
 
 from tuner.cli import main
-from tuner.replay import ReplayError, evaluate, load_cache, parse_cache, random_baseline, rank_probabilities
+from tuner.replay import (
+    BenchError, ReplayError, bench_strategies, evaluate, family_summaries, find_cache_files, load_cache, parse_cache,
+    random_baseline, rank_probabilities,
+)
 from tuner.replay.bench import replay_run
 
 DATA = Path(__file__).parent / "data"
@@ -236,6 +239,39 @@ def test_bench_strategies_refuses_unknown_strategy_and_bad_file(tmp_path, capsys
     (tmp_path / "bad.json").write_text("[]")
     assert main(["bench-strategies", "--space", str(tmp_path / "bad.json")]) == 2
     assert "expected a JSON object" in capsys.readouterr().err
+
+
+def test_bench_strategies_is_callable_without_the_command():
+    spaces = [parse_cache(tiny_cache(), "tiny_A"), parse_cache(tiny_cache(restrictions=False), "tiny_B")]
+    rows = bench_strategies(spaces, ["random"], [4, 8], 2, transfer=True)
+    assert [(r["space"], r["strategy"], r["budget"]) for r in rows] == [
+        (s, st, b) for s in ("tiny_A", "tiny_B") for st in ("random", "random+transfer") for b in (4, 8)]
+    assert all(r["prior_records"] > 0 for r in rows if r["strategy"] == "random+transfer")
+    # worker processes give the same results, also for spaces that were never files
+    timing = ("seconds_per_run", "seconds_total")
+    in_workers = bench_strategies(spaces, ["random"], [4, 8], 2, transfer=True, jobs=2)
+    assert [{k: v for k, v in r.items() if k not in timing} for r in in_workers] == [
+        {k: v for k, v in r.items() if k not in timing} for r in rows]
+    [summary] = family_summaries(rows)
+    assert summary.family == "tiny" and list(summary.fractions) == ["random", "random+transfer"]
+    at_4 = [r["fraction"] for r in rows if r["strategy"] == "random" and r["budget"] == 4]
+    assert summary.fractions["random"][4] == pytest.approx(sum(at_4) / 2)
+    assert summary.random_fraction[8] == pytest.approx(rows[1]["random_fraction"])
+
+
+def test_bench_strategies_refuses_what_cannot_run():
+    space = parse_cache(tiny_cache(), "tiny")
+    with pytest.raises(BenchError, match="unknown strategy 'magic'"):
+        bench_strategies([space], ["magic"], [4], 1)
+    with pytest.raises(BenchError, match="same name"):
+        bench_strategies([space, space], ["random"], [4], 1)
+
+
+def test_cache_files_of_a_folder(tmp_path):
+    for name in ("GEMM_A.json", "GEMM_B.json.gz", "conv_A.json", "notes.txt", "GEMM_C.jsonl"):
+        (tmp_path / name).write_text("{}")
+    assert [p.name for p in find_cache_files(tmp_path)] == ["GEMM_A.json", "GEMM_B.json.gz", "conv_A.json"]
+    assert [p.name for p in find_cache_files(tmp_path, ["conv", ""])] == ["conv_A.json"]
 
 
 def _space_anatomy():

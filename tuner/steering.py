@@ -21,8 +21,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from measure_agent.space import ConfigError, ConfigSpace, Constraint, SplitKnob
-from tuner.user_space.restrictions import RestrictionError, parse_restriction
+from measure_agent.space import ConfigError, ConfigSpace, Constraint, RestrictionError, SplitKnob, parse_restriction
 
 
 class SteeringError(ValueError):

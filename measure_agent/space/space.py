@@ -14,7 +14,7 @@ import itertools
 import json
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -22,6 +22,18 @@ from measure_agent.space.knobs import ConfigError, Knob
 
 # A constraint group larger than this is not enumerated; it is sampled by rejection instead.
 _MAX_GROUP_ENUMERATION = 2_000_000
+
+
+def canonical_config_text(config_json: Mapping[str, Any]) -> str:
+    """Compact JSON text with sorted keys of a config's JSON form (:meth:`Config.to_json`): the
+    config as the tuning log stores it, whoever builds it (a :class:`Config` or a log record)."""
+    return json.dumps(config_json, sort_keys=True, separators=(",", ":"))
+
+
+def config_digest(config_text: str) -> str:
+    """The identity of a canonical config text: the first 16 hex digits of its SHA-1. The log's
+    unique key per (workload, device, target) holds these, so the formula must never change."""
+    return hashlib.sha1(config_text.encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -51,11 +63,11 @@ class Config:
 
     def json_text(self) -> str:
         """Canonical compact JSON text (sorted keys): the identity of a config in the log."""
-        return json.dumps(self.to_json(), sort_keys=True, separators=(",", ":"))
+        return canonical_config_text(self.to_json())
 
     @property
     def digest(self) -> str:
-        return hashlib.sha1(self.json_text().encode()).hexdigest()[:16]
+        return config_digest(self.json_text())
 
     def __str__(self) -> str:
         return self.json_text()

@@ -5,7 +5,8 @@ time / best time found; failed configs use up evaluations and never count as fou
 against exact random search ((random - found) / (random - optimum), random being the exact
 expected best of uniform sampling without replacement at that budget). ``--transfer`` adds, per
 strategy, a row ``NAME+transfer`` where each space starts from what a previous tuning job left in
-the log for every other given space of the same kernel (other devices, weighted lower).
+the log for every other given space of the same kernel (other devices, weighted lower). The
+benchmark itself is :func:`tuner.replay.bench_strategies`; this module parses and prints.
 """
 
 from __future__ import annotations
@@ -63,12 +64,12 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tuner.replay import ReplayError, load_cache
-    from tuner.search import STRATEGIES
+    from tuner.replay import BenchError, ReplayError, bench_strategies, check_strategies, load_cache
 
-    unknown = [s for s in args.strategies if s not in STRATEGIES]
-    if unknown:
-        raise CliError(f"unknown strategy {unknown[0]!r}; choose from {', '.join(sorted(STRATEGIES))}")
+    try:
+        check_strategies(args.strategies)  # before reading the files: a typo should not wait for them
+    except BenchError as exc:
+        raise CliError(str(exc)) from None
     if args.seed + args.repeats - 1 > INT64_MAX:  # repeat r runs with seed --seed + r
         raise CliError(f"--seed + --repeats - 1 must be at most {INT64_MAX}")
     if args.json_out:
@@ -81,26 +82,13 @@ def run(args: argparse.Namespace) -> int:
         if space.skipped:
             print(f"note: {space.name}: left out {space.skipped} cache entries outside the space "
                   "(values not in tune_params, or excluded by the restrictions)", file=sys.stderr)
-    names = [s.name for s in spaces]
-    if len(set(names)) != len(names):
-        raise CliError("two spaces have the same name; give each file a distinct name")
-    tasks = []
-    for i, space in enumerate(spaces):
-        for strategy in args.strategies:
-            tasks.append((i, strategy, False))
-            if args.transfer:
-                tasks.append((i, strategy, True))
     started = time.perf_counter()
-    if args.jobs > 1 and len(tasks) > 1:
-        import multiprocessing
-
-        ctx = multiprocessing.get_context("spawn" if os.name == "nt" else "fork")
-        with ctx.Pool(min(args.jobs, len(tasks)), initializer=_init_worker, initargs=(args.space, vars_of(args))) as pool:
-            results = pool.map(_run_task, tasks, chunksize=1)
-    else:
-        _init_worker(args.space, vars_of(args), spaces)
-        results = [_run_task(t) for t in tasks]
-    rows = [row for cell_rows in results for row in cell_rows]
+    try:
+        rows = bench_strategies(spaces, args.strategies, args.budgets, args.repeats, batch_size=args.batch_size,
+                                seed=args.seed, time_budget_s=args.time_budget, transfer=args.transfer,
+                                jobs=args.jobs)
+    except BenchError as exc:
+        raise CliError(str(exc)) from None
     total = time.perf_counter() - started
     if args.json:
         print(json.dumps(rows, indent=1))
@@ -130,60 +118,9 @@ def _write_json(path: str, rows: list[dict[str, Any]]) -> None:
         raise cannot_write(path, exc) from None
 
 
-def vars_of(args: argparse.Namespace) -> dict[str, Any]:
-    return {k: getattr(args, k) for k in ("budgets", "repeats", "batch_size", "seed", "time_budget")}
-
-
-_STATE: dict[str, Any] = {}
-
-
-def _init_worker(paths: list[str], options: dict[str, Any], spaces: list | None = None) -> None:
-    from tuner.replay import load_cache
-
-    _STATE["spaces"] = spaces if spaces is not None else [load_cache(p) for p in paths]
-    _STATE["options"] = options
-    _STATE["priors"] = {}
-
-
-def _prior_for(i: int) -> list:
-    from tuner.replay.bench import replay_prior
-
-    spaces = _STATE["spaces"]
-    target = spaces[i]
-    prior = []
-    for j, source in enumerate(spaces):
-        if j == i or source.kernel != target.kernel or source.space.knob_names != target.space.knob_names:
-            continue
-        if j not in _STATE["priors"]:
-            _STATE["priors"][j] = replay_prior(source)
-        prior += _STATE["priors"][j]
-    return prior
-
-
-def _run_task(task: tuple[int, str, bool]) -> list[dict[str, Any]]:
-    from tuner.replay import evaluate
-
-    i, strategy, transfer = task
-    space = _STATE["spaces"][i]
-    opts = _STATE["options"]
-    prior = _prior_for(i) if transfer else None
-    label = f"{strategy}+transfer" if transfer else strategy
-    started = time.perf_counter()
-    cells = evaluate(space, strategy, opts["budgets"], opts["repeats"], batch_size=opts["batch_size"],
-                     seed0=opts["seed"], prior=prior, label=label, time_budget_s=opts["time_budget"])
-    seconds = time.perf_counter() - started
-    rows = []
-    for cell in cells:
-        row = cell.as_json()
-        row["family"] = space.family
-        row["kernel"] = space.kernel
-        row["prior_records"] = len(prior or ())
-        row["seconds_total"] = round(seconds, 3)
-        rows.append(row)
-    return rows
-
-
 def _print_table(rows: list[dict[str, Any]], args: argparse.Namespace, total: float) -> None:
+    from tuner.replay import family_summaries
+
     budgets = args.budgets
     width = max(len("space"), *(len(r["space"]) for r in rows))
     swidth = max(len("exact random"), *(len(r["strategy"]) for r in rows))
@@ -202,22 +139,12 @@ def _print_table(rows: list[dict[str, Any]], args: argparse.Namespace, total: fl
         seconds = next(iter(by_budget.values()))["seconds_per_run"]
         print(f"{space:<{width}}  {strategy:<{swidth}}  {text}  {seconds:6.2f}")
         last_space = space
-    families: dict[tuple[str, str], dict[int, list[float]]] = {}
-    randoms: dict[str, dict[int, list[float]]] = {}
-    seen_random: set[tuple[str, int]] = set()
-    for r in rows:
-        families.setdefault((r["family"], r["strategy"]), {}).setdefault(r["budget"], []).append(r["fraction"])
-        if (r["space"], r["budget"]) not in seen_random:
-            seen_random.add((r["space"], r["budget"]))
-            randoms.setdefault(r["family"], {}).setdefault(r["budget"], []).append(r["random_fraction"])
     print()
     print("per kernel family (mean over its spaces)")
-    fwidth = width
-    for family in dict.fromkeys(f for f, _ in families):
-        text = "  ".join(f"{sum(randoms[family][b]) / len(randoms[family][b]):<13.3f}" for b in budgets)
-        print(f"{family:<{fwidth}}  {'exact random':<{swidth}}  {text}")
-        for (fam, strategy), by_budget in families.items():
-            if fam == family:
-                text = "  ".join(f"{sum(by_budget[b]) / len(by_budget[b]):<13.3f}" for b in budgets)
-                print(f"{family:<{fwidth}}  {strategy:<{swidth}}  {text}")
+    for summary in family_summaries(rows):
+        text = "  ".join(f"{summary.random_fraction[b]:<13.3f}" for b in budgets)
+        print(f"{summary.family:<{width}}  {'exact random':<{swidth}}  {text}")
+        for strategy, by_budget in summary.fractions.items():
+            text = "  ".join(f"{by_budget[b]:<13.3f}" for b in budgets)
+            print(f"{summary.family:<{width}}  {strategy:<{swidth}}  {text}")
     print(f"\ntotal wall time {total:.1f} s")

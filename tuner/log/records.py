@@ -7,7 +7,6 @@ non-negative floats, ``mean_s`` is set exactly for ``ok`` trials and ``created_a
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 from dataclasses import dataclass, field
@@ -16,7 +15,7 @@ from functools import cached_property, lru_cache
 from typing import Any, Mapping, Sequence
 
 from measure_agent.engine.types import MeasureResult, MeasureStatus
-from measure_agent.space import Config
+from measure_agent.space import Config, canonical_config_text, config_digest
 from measure_agent.workload import WorkloadError, parse_workload
 
 LOG_FORMAT = "tunefleet-log"
@@ -173,12 +172,12 @@ class TrialRecord:
     @cached_property
     def config_text(self) -> str:
         """Canonical JSON text of the config, identical to ``Config.json_text()``."""
-        return json.dumps(self.config, sort_keys=True, separators=(",", ":"))
+        return canonical_config_text(self.config)
 
     @cached_property
     def config_digest(self) -> str:
         """Identity of the config within a workload, device and target; equals ``Config.digest``."""
-        return hashlib.sha1(self.config_text.encode()).hexdigest()[:16]
+        return config_digest(self.config_text)
 
     @property
     def is_ok(self) -> bool:

@@ -9,10 +9,16 @@ the budget, so one run serves every budget). Per space, strategy and budget:
 * ``score``: ``(random - found) / (random - optimum)`` where ``found`` is the mean best time found
   and ``random`` the exact expected best time of uniform sampling without replacement at that
   budget (:mod:`tuner.replay.baseline`): 0 is random search, 1 the optimum every time.
+
+:func:`bench_strategies` is the whole benchmark of ``tuner bench-strategies`` (every strategy on
+every space, optionally with a transfer prior, in worker processes), for any client to call; the
+command only parses its options and prints the rows.
 """
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -20,8 +26,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from tuner.replay.baseline import random_baseline
-from tuner.replay.cache import ReplaySpace
-from tuner.search import Observation, PriorObservation, make_strategy
+from tuner.replay.cache import ReplaySpace, load_cache
+from tuner.search import STRATEGIES, Observation, PriorObservation, make_strategy
 
 
 @dataclass
@@ -148,7 +154,6 @@ def summarise(replay: ReplaySpace, label: str, budgets: Sequence[int], traces: S
     return out
 
 
-
 def replay_prior(
     source: ReplaySpace, budget: int = 200, seed: int = 1_000_003, strategy: str = "default", weight: float = 0.5
 ) -> list[PriorObservation]:
@@ -159,3 +164,137 @@ def replay_prior(
         PriorObservation(config.to_json(), cost / 1e3 if cost is not None else None, group=source.name, weight=weight)
         for config, cost in zip(trace.configs, trace.costs)
     ]
+
+
+# -- the benchmark of many strategies on many spaces -----------------------------------------------
+class BenchError(ValueError):
+    """Benchmark options that cannot run (one-line message)."""
+
+
+def check_strategies(names: Sequence[str]) -> None:
+    """Raise :class:`BenchError` naming the first unknown strategy (before anything runs)."""
+    unknown = [s for s in names if s not in STRATEGIES]
+    if unknown:
+        raise BenchError(f"unknown strategy {unknown[0]!r}; choose from {', '.join(sorted(STRATEGIES))}")
+
+
+def bench_strategies(
+    spaces: Sequence[ReplaySpace],
+    strategies: Sequence[str],
+    budgets: Sequence[int],
+    repeats: int,
+    *,
+    batch_size: int = 8,
+    seed: int = 0,
+    time_budget_s: float | None = None,
+    transfer: bool = False,
+    jobs: int = 1,
+) -> list[dict[str, Any]]:
+    """Every strategy on every space: the rows of :meth:`CellResult.as_json` plus ``family``,
+    ``kernel``, ``prior_records`` and ``seconds_total``, by space, strategy and budget.
+
+    Repeat ``r`` runs with seed ``seed + r``. ``transfer`` adds, after each strategy, the rows of
+    ``NAME+transfer``: the strategy started from what a tuning job of the default strategy left on
+    every other given space of the same kernel (:func:`replay_prior`). ``jobs`` > 1 runs the
+    (space, strategy) cells in that many worker processes. Raises :class:`BenchError`.
+    """
+    check_strategies(strategies)
+    names = [s.name for s in spaces]
+    if len(set(names)) != len(names):
+        raise BenchError("two spaces have the same name; give each file a distinct name")
+    tasks = [(i, strategy, with_prior) for i in range(len(spaces)) for strategy in strategies
+             for with_prior in ((False, True) if transfer else (False,))]
+    options = {"budgets": budgets, "repeats": repeats, "batch_size": batch_size, "seed": seed,
+               "time_budget": time_budget_s}
+    if jobs > 1 and len(tasks) > 1:
+        if os.name == "nt":  # no fork: each worker reads the files again (constraints are closures, unpicklable)
+            pool = multiprocessing.get_context("spawn").Pool(
+                min(jobs, len(tasks)), initializer=_init_worker,
+                initargs=(options, None, [(s.path, s.name) for s in spaces]))
+        else:  # forked workers inherit the loaded spaces
+            pool = multiprocessing.get_context("fork").Pool(
+                min(jobs, len(tasks)), initializer=_init_worker, initargs=(options, spaces))
+        with pool:
+            results = pool.map(_run_task, tasks, chunksize=1)
+    else:
+        _init_worker(options, spaces)
+        results = [_run_task(t) for t in tasks]
+    return [row for cell_rows in results for row in cell_rows]
+
+
+@dataclass
+class FamilySummary:
+    """The mean fraction of the optimum over the spaces of one kernel family, per budget."""
+
+    family: str
+    random_fraction: dict[int, float]  # exact random search
+    fractions: dict[str, dict[int, float]]  # strategy label -> budget -> mean fraction
+
+
+def family_summaries(rows: Sequence[dict[str, Any]]) -> list[FamilySummary]:
+    """Rows of :func:`bench_strategies` averaged per kernel family, in order of first appearance."""
+    fractions: dict[str, dict[str, dict[int, list[float]]]] = {}
+    randoms: dict[str, dict[int, list[float]]] = {}
+    seen_random: set[tuple[str, int]] = set()
+    for r in rows:
+        by_strategy = fractions.setdefault(r["family"], {})
+        by_strategy.setdefault(r["strategy"], {}).setdefault(r["budget"], []).append(r["fraction"])
+        if (r["space"], r["budget"]) not in seen_random:  # one exact random value per space and budget
+            seen_random.add((r["space"], r["budget"]))
+            randoms.setdefault(r["family"], {}).setdefault(r["budget"], []).append(r["random_fraction"])
+    return [
+        FamilySummary(family, _means(randoms[family]),
+                      {strategy: _means(by_budget) for strategy, by_budget in by_strategy.items()})
+        for family, by_strategy in fractions.items()
+    ]
+
+
+def _means(by_budget: dict[int, list[float]]) -> dict[int, float]:
+    return {b: sum(values) / len(values) for b, values in by_budget.items()}
+
+
+# The spaces, options and transfer priors of this process: set once per worker (or for a run in
+# this process), so tasks carry only indices and cached priors serve every task of the worker.
+_STATE: dict[str, Any] = {}
+
+
+def _init_worker(options: dict[str, Any], spaces: Sequence[ReplaySpace] | None,
+                 files: Sequence[tuple[str, str]] = ()) -> None:
+    _STATE["spaces"] = list(spaces) if spaces is not None else [load_cache(path, name) for path, name in files]
+    _STATE["options"] = options
+    _STATE["priors"] = {}
+
+
+def _prior_for(i: int) -> list[PriorObservation]:
+    """The transfer prior of space ``i``: every other space of the same kernel and knobs."""
+    spaces = _STATE["spaces"]
+    target = spaces[i]
+    prior = []
+    for j, source in enumerate(spaces):
+        if j == i or source.kernel != target.kernel or source.space.knob_names != target.space.knob_names:
+            continue
+        if j not in _STATE["priors"]:
+            _STATE["priors"][j] = replay_prior(source)
+        prior += _STATE["priors"][j]
+    return prior
+
+
+def _run_task(task: tuple[int, str, bool]) -> list[dict[str, Any]]:
+    i, strategy, transfer = task
+    space = _STATE["spaces"][i]
+    opts = _STATE["options"]
+    prior = _prior_for(i) if transfer else None
+    label = f"{strategy}+transfer" if transfer else strategy
+    started = time.perf_counter()
+    cells = evaluate(space, strategy, opts["budgets"], opts["repeats"], batch_size=opts["batch_size"],
+                     seed0=opts["seed"], prior=prior, label=label, time_budget_s=opts["time_budget"])
+    seconds = time.perf_counter() - started
+    rows = []
+    for cell in cells:
+        row = cell.as_json()
+        row["family"] = space.family
+        row["kernel"] = space.kernel
+        row["prior_records"] = len(prior or ())
+        row["seconds_total"] = round(seconds, 3)
+        rows.append(row)
+    return rows

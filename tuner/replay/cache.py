@@ -17,13 +17,12 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from measure_agent.space import ChoiceKnob, Config, ConfigSpace, Constraint
+from measure_agent.space import ChoiceKnob, Config, ConfigSpace, Constraint, RestrictionError, restriction_constraint
 from tuner.user_space.cache_file import CacheFileError, read_cache_json
-from tuner.user_space.restrictions import RestrictionError, parse_restriction
 
 FAILED_TIMES = ("ErrorConfig", "CompilationFailedConfig", "RuntimeFailedConfig", "InvalidConfig")
 
@@ -80,6 +79,14 @@ def _read_json(path: Path) -> dict:
 
 def _same(a: Any, b: Any) -> bool:
     return isinstance(a, bool) == isinstance(b, bool) and a == b
+
+
+def find_cache_files(directory: str | os.PathLike, only: Sequence[str] = ()) -> list[Path]:
+    """The Kernel Tuner cache files (``*.json``, ``*.json.gz``) of a folder, sorted; with ``only``,
+    those whose file name contains one of its substrings."""
+    files = sorted(p for p in Path(directory).glob("*.json*") if p.name.endswith((".json", ".json.gz")))
+    keep = [s for s in only if s]
+    return [p for p in files if any(s in p.name for s in keep)] if keep else files
 
 
 def load_cache(path: str | os.PathLike, name: str | None = None) -> ReplaySpace:
@@ -151,17 +158,10 @@ def parse_cache(data: Mapping[str, Any], name: str = "space", path: str = "") ->
             restrictions = [restrictions]
         if not isinstance(restrictions, list) or not all(isinstance(r, str) for r in restrictions):
             raise ReplayError(f"{name}: 'restrictions' must be a list of expression strings")
-        constraints = []
-        for text in restrictions:
-            try:
-                r = parse_restriction(text, keys)
-            except RestrictionError as exc:
-                raise ReplayError(f"{name}: {exc}") from None
-            if not r.names:
-                if not r({}):
-                    raise ReplayError(f"{name}: restriction {text!r} is always false")
-                continue
-            constraints.append(Constraint(r.names, r.predicate(), text))
+        try:
+            constraints = [c for c in (restriction_constraint(text, keys) for text in restrictions) if c is not None]
+        except RestrictionError as exc:
+            raise ReplayError(f"{name}: {exc}") from None
         space = ConfigSpace(knobs, constraints)
         try:
             size = space.size

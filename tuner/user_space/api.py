@@ -11,7 +11,7 @@
     result.best, result.best_value
 
 Restrictions are strings over parameter names (parsed safely, see
-:mod:`tuner.user_space.restrictions`) or callables. A callable whose parameters are named after
+:mod:`measure_agent.space.expressions`) or callables. A callable whose parameters are named after
 tuning parameters receives just those values; a callable with one other parameter receives a dict
 of every parameter (it then ties all parameters together, so prefer named parameters in large
 spaces). Each restriction only involves the parameters it names, so spaces of billions of configs
@@ -28,10 +28,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
-from measure_agent.space import ChoiceKnob, Config, ConfigSpace, Constraint
+from measure_agent.space import ChoiceKnob, Config, ConfigSpace, Constraint, RestrictionError, restriction_constraint
 from tuner.search import DEFAULT_STRATEGY, Observation, PriorObservation, make_strategy
 from tuner.user_space.cache_file import CacheFile
-from tuner.user_space.restrictions import RestrictionError, parse_restriction
 
 Restriction = str | Callable[..., bool]
 
@@ -95,12 +94,7 @@ def _plain(value: Any) -> Any:
 
 def _constraint(restriction: Restriction, names: list[str]) -> Constraint | None:
     if isinstance(restriction, str):
-        parsed = parse_restriction(restriction, names)
-        if not parsed.names:
-            if not parsed({}):
-                raise RestrictionError(f"restriction {restriction!r} is always false")
-            return None
-        return Constraint(parsed.names, parsed.predicate(), restriction)
+        return restriction_constraint(restriction, names)
     if not callable(restriction):
         raise RestrictionError(f"a restriction must be a string or a callable, not {type(restriction).__name__}")
     description = getattr(restriction, "__name__", "restriction")

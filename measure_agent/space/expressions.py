@@ -1,4 +1,7 @@
-"""Restriction expressions over tuning parameters, parsed safely.
+"""Constraint expressions over tuning parameters (Kernel Tuner's restrictions), parsed safely.
+
+They live beside the space they narrow (replayed cache files, user spaces, ``--constraint``) and
+need only the standard library, so the measuring side can evaluate them as well as the tuner.
 
 A restriction is a Python-like expression such as ``"block_size_x * block_size_y <= 1024"`` or
 ``"MWG % (MDIMC * VWM) == 0 and SA <= SB"`` (Kernel Tuner's syntax). It is parsed with :mod:`ast`
@@ -20,6 +23,8 @@ import ast
 import operator
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
+
+from measure_agent.space.space import Constraint
 
 _BINARY: dict[type, Callable[[Any, Any], Any]] = {
     ast.Add: operator.add,
@@ -92,6 +97,18 @@ def parse_restriction(text: str, params: Iterable[str]) -> Restriction:
     names: list[str] = []
     fn = _compile(tree.body, text, known, names)
     return Restriction(text, tuple(names), fn)
+
+
+def restriction_constraint(text: str, params: Iterable[str]) -> Constraint | None:
+    """The :class:`Constraint` of a restriction over ``params``, or None for one that names no
+    parameter and holds (it narrows nothing). Raises :class:`RestrictionError`, also when it is
+    always false."""
+    restriction = parse_restriction(text, params)
+    if not restriction.names:
+        if not restriction({}):
+            raise RestrictionError(f"restriction {text!r} is always false")
+        return None
+    return Constraint(restriction.names, restriction.predicate(), text)
 
 
 def _refuse(node: ast.AST, text: str, why: str | None = None) -> RestrictionError:
