@@ -37,6 +37,7 @@ sys.path.insert(0, str(ROOT))
 from measure_agent.engine import TimingConfig  # noqa: E402
 from measure_agent.templates import testing_catalog  # noqa: E402
 from tuner.daemon import Daemon, FleetClient  # noqa: E402
+from tuner.fleet import JobSpec  # noqa: E402
 from tuner.log import TuningLog  # noqa: E402
 
 
@@ -150,15 +151,15 @@ def run_one(agents: int, per_agent: int, sleep_ms: int, workdir: str, protocol_a
             # The same workload as the timed job, so its space is built and its problem made on every
             # process before timing starts; the timed job resumes from these trials.
             workload = f"matmul(M=2,N=2,K={sleep_ms // 2})"
-            warm = client.submit(workload, key, target="sleep", strategy="random",
-                                 trials=agents * 2, seed=1, timing=TimingConfig(repeat=1, warmup=1))
+            warm = client.submit(JobSpec(workload, key, target="sleep", strategy="random",
+                                 trials=agents * 2, seed=1, timing=TimingConfig(repeat=1, warmup=1)))
             for _ in client.watch(warm.job_id):
                 pass
             start = time.perf_counter()
             cpu_start = time.process_time()  # this process is the daemon (plus the watching client)
             agents_cpu_start = tree_cpu_seconds([p.pid for p in processes])
-            job = client.submit(workload, key, target="sleep", strategy="random",
-                                trials=agents * 2 + candidates, seed=2, timing=TimingConfig(repeat=1, warmup=1))
+            job = client.submit(JobSpec(workload, key, target="sleep", strategy="random",
+                                trials=agents * 2 + candidates, seed=2, timing=TimingConfig(repeat=1, warmup=1)))
             final = None
             for final in client.watch(job.job_id):
                 pass

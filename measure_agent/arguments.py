@@ -67,3 +67,13 @@ def _is_host_port(text: str, lowest_port: int) -> bool:
         host_ok = bool(host) and ":" not in host and "]" not in host
     port_ok = port.isascii() and port.isdigit() and len(port) <= 5 and lowest_port <= int(port) <= MAX_PORT
     return host_ok and port_ok and not any(c.isspace() for c in text)
+
+
+def device_key_type(text: str) -> str:
+    """An argparse type: a device key (:func:`measure_agent.device.check_device_key`)."""
+    from measure_agent.device import DeviceKeyError, check_device_key
+
+    try:
+        return check_device_key(text)
+    except DeviceKeyError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None

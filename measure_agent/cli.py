@@ -13,7 +13,14 @@ import json
 import sys
 
 from measure_agent import __version__
-from measure_agent.arguments import INT32_MAX, host_port_type, int_range, non_negative_float, positive_float
+from measure_agent.arguments import (
+    INT32_MAX,
+    device_key_type,
+    host_port_type,
+    int_range,
+    non_negative_float,
+    positive_float,
+)
 from measure_agent.device import detect_device
 from measure_agent.engine import MeasureEngine, MeasureInput, TimingConfig
 from measure_agent.space import ConfigError
@@ -98,7 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"measure-agent {__version__}")
     parser.add_argument("--tracker", type=host_port_type(lowest_port=1), metavar="HOST:PORT", help="the daemon to join")
-    parser.add_argument("--key", help="device key to join under, e.g. jetson-orin or rpi4")
+    parser.add_argument("--key", type=device_key_type, help="device key to join under, e.g. jetson-orin or rpi4")
     parser.add_argument("--name", help="this agent's name (default: the host name)")
     parser.add_argument("--parallel", type=positive_int32, default=1, help="candidates built at once (default 1)")
     parser.add_argument("--token-file", metavar="FILE", help="agent token, when the daemon requires one")

@@ -10,6 +10,25 @@ import re
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
 
+# What a device key may be: it names agents in logs, metrics labels and URLs, so a short, plain word.
+DEVICE_KEY_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:+-]{0,127}$")
+
+
+class DeviceKeyError(ValueError):
+    """A device key that is not a plain word (one-line message)."""
+
+
+def check_device_key(key: str) -> str:
+    """``key`` if it is a valid device key; raises :class:`DeviceKeyError` naming the rule otherwise.
+
+    The one check of a key: agents (``--key``), the daemon (registration, jobs, measure requests)
+    and the tuner's command line all use it.
+    """
+    if not isinstance(key, str) or not DEVICE_KEY_PATTERN.match(key):
+        raise DeviceKeyError(f"invalid device key {key!r}: letters, digits and ._:+- only (not first), "
+                             "at most 128")
+    return key
+
 
 @dataclass(frozen=True)
 class DeviceInfo:

@@ -17,6 +17,7 @@ from measure_agent.protocol.errors import Unavailable
 from tuner.cli import build_parser as tuner_parser
 from tuner.cli import main as tuner_main
 from tuner.daemon import FleetClient
+from tuner.fleet import JobSpec
 from tuner.log import TuningLog
 
 W = "matmul(M=16,N=16,K=16)"
@@ -70,7 +71,7 @@ def test_client_retries_only_for_a_daemon_it_reached(tmp_path):
     with TuningLog(f"sqlite:///{tmp_path / 'd.db'}") as log:
         daemon = start_daemon(log, f"127.0.0.1:{port}")
         with FleetClient(daemon.address, on_outage=notes.append) as client:
-            job = client.submit("matmul(M=2,N=2,K=4)", "nobody", target="sleep", strategy="random", trials=2)
+            job = client.submit(JobSpec("matmul(M=2,N=2,K=4)", "nobody", target="sleep", strategy="random", trials=2))
             daemon.stop()
             with pytest.raises(Unavailable, match="unreachable for 0.5 s"):
                 client.job_when_reachable(job.job_id, reconnect_s=0.5)

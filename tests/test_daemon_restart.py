@@ -12,6 +12,7 @@ import pytest
 
 from measure_agent.engine import TimingConfig
 from tuner.daemon import FleetClient
+from tuner.fleet import JobSpec
 from tuner.log import TuningLog
 
 from fleet_helpers import free_port, start_agent, start_daemon_process, stop_all, wait_for
@@ -29,8 +30,8 @@ def test_sigkill_of_the_daemon_mid_job_resumes_without_loss_or_duplicates(tmp_pa
     try:
         with FleetClient(address) as client:
             wait_for(lambda: _agent_count(client) == 2, what="agents joined")
-            job = client.submit("matmul(M=2,N=2,K=60)", "omega", target="sleep", strategy="random", trials=30,
-                                timing=TimingConfig(repeat=1))
+            job = client.submit(JobSpec("matmul(M=2,N=2,K=60)", "omega", target="sleep", strategy="random", trials=30,
+                                timing=TimingConfig(repeat=1)))
         watcher = subprocess.Popen([sys.executable, "-m", "tuner", "wait", str(job.job_id), "--tracker", address],
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env)
         with TuningLog(db) as log:

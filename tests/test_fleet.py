@@ -11,6 +11,7 @@ import pytest
 
 from measure_agent.engine import TimingConfig
 from tuner.daemon import FleetClient
+from tuner.fleet import JobSpec
 from tuner.log import TuningLog
 
 from fleet_helpers import agent_names, start_agent, start_daemon, stop_all, wait_for
@@ -40,10 +41,10 @@ def test_three_agents_two_keys_two_jobs_and_a_sigkill(log, kernel_cache_dir):
     try:
         wait_for(lambda: len(agent_names(daemon)) == 3, what="three agents")
         with FleetClient(daemon.address) as client:
-            job_a = client.submit("matmul(M=2,N=2,K=40)", "alpha", target="sleep", strategy="random", trials=40,
-                                  timing=FAST)
-            job_b = client.submit("matmul(M=2,N=2,K=10)", "beta", target="sleep", strategy="random", trials=12,
-                                  timing=FAST)
+            job_a = client.submit(JobSpec("matmul(M=2,N=2,K=40)", "alpha", target="sleep", strategy="random", trials=40,
+                                  timing=FAST))
+            job_b = client.submit(JobSpec("matmul(M=2,N=2,K=10)", "beta", target="sleep", strategy="random", trials=12,
+                                  timing=FAST))
             # Kill one alpha agent once it has leases in flight: they must go to alpha-2.
             wait_for(lambda: any(a.name == "alpha-1" and a.leases for a in daemon.scheduler.agents()),
                      what="alpha-1 holding leases")
@@ -83,7 +84,7 @@ def test_agent_restart_rejoins_and_daemon_restart_gets_agents_back(log, kernel_c
         daemon = start_daemon(log, listen=f"127.0.0.1:{port}")
         wait_for(lambda: agent_names(daemon) == {"gamma-1"}, timeout_s=90, what="agent back after daemon restart")
         with FleetClient(daemon.address) as client:
-            job = client.submit("matmul(M=2,N=2,K=1)", "gamma", target="sleep", trials=5, timing=FAST)
+            job = client.submit(JobSpec("matmul(M=2,N=2,K=1)", "gamma", target="sleep", trials=5, timing=FAST))
             final = list(client.watch(job.job_id))[-1]
         assert final.state == "done" and final.done == 5
     finally:
@@ -97,7 +98,7 @@ def test_sigterm_finishes_in_flight_work_and_leaves(log, kernel_cache_dir):
     try:
         wait_for(lambda: agent_names(daemon) == {"delta-1"}, what="agent joined")
         with FleetClient(daemon.address) as client:
-            job = client.submit("matmul(M=2,N=2,K=300)", "delta", target="sleep", trials=4, timing=FAST)
+            job = client.submit(JobSpec("matmul(M=2,N=2,K=300)", "delta", target="sleep", trials=4, timing=FAST))
             wait_for(lambda: any(a.leases for a in daemon.scheduler.agents()), what="a lease in flight")
             agent.send_signal(signal.SIGTERM)
             assert agent.wait(timeout=60) == 0
@@ -132,12 +133,12 @@ def test_job_without_agents_is_queued_and_wait_timeout_fails_it(log):
     daemon = start_daemon(log)
     try:
         with FleetClient(daemon.address) as client:
-            waiting = client.submit("matmul(M=2,N=2,K=1)", "nobody", target="sleep", trials=2, timing=FAST)
+            waiting = client.submit(JobSpec("matmul(M=2,N=2,K=1)", "nobody", target="sleep", trials=2, timing=FAST))
             # nothing is proposed before an agent says what device it is: the job waits, queued
             wait_for(lambda: client.job(waiting.job_id).state == "queued", what="the job queued")
             assert client.job(waiting.job_id).queued_candidates == 0
-            fails = client.submit("matmul(M=2,N=2,K=1)", "nobody-else", target="sleep", trials=2, timing=FAST,
-                                  wait_timeout_s=1.0)
+            fails = client.submit(JobSpec("matmul(M=2,N=2,K=1)", "nobody-else", target="sleep", trials=2, timing=FAST,
+                                  wait_timeout_s=1.0))
             final = list(client.watch(fails.job_id))[-1]
             assert final.state == "failed" and "no agent of key" in final.message
             cancelled = client.cancel(waiting.job_id)
@@ -147,24 +148,24 @@ def test_job_without_agents_is_queued_and_wait_timeout_fails_it(log):
 
 
 def test_transfer_and_time_budget_reach_the_job_and_are_kept_for_resuming(log):
-    from tuner.daemon.jobs import _request_of
+    from tuner.daemon.jobs import _spec_of
 
     daemon = start_daemon(log)
     try:
         with FleetClient(daemon.address) as client:
-            plain = client.submit("matmul(M=2,N=2,K=1)", "nobody", target="sleep", trials=2, timing=FAST)
-            steered = client.submit("matmul(M=2,N=2,K=1)", "nobody", target="sleep", trials=2, timing=FAST,
-                                    transfer=False, time_budget_s=30.0)
-            requests = {job_id: daemon.jobs.get(job_id).request for job_id in (plain.job_id, steered.job_id)}
+            plain = client.submit(JobSpec("matmul(M=2,N=2,K=1)", "nobody", target="sleep", trials=2, timing=FAST))
+            steered = client.submit(JobSpec("matmul(M=2,N=2,K=1)", "nobody", target="sleep", trials=2, timing=FAST,
+                                    transfer=False, time_budget_s=30.0))
+            requests = {job_id: daemon.jobs.get(job_id).spec for job_id in (plain.job_id, steered.job_id)}
             assert (requests[plain.job_id].transfer, requests[plain.job_id].time_budget_s) == (True, None)
             assert (requests[steered.job_id].transfer, requests[steered.job_id].time_budget_s) == (False, 30.0)
-            stored = {record.id: _request_of(record) for record in log.jobs()}
+            stored = {record.id: _spec_of(record) for record in log.jobs()}
             assert stored[steered.job_id] == requests[steered.job_id]  # what a restarted daemon resumes
             assert stored[plain.job_id] == requests[plain.job_id]
             from measure_agent.protocol.errors import InvalidRequest
 
             with pytest.raises(InvalidRequest, match="time budget must not be negative"):
-                client.submit("matmul(M=2,N=2,K=1)", "nobody", target="sleep", time_budget_s=-1.0)
+                client.submit(JobSpec("matmul(M=2,N=2,K=1)", "nobody", target="sleep", time_budget_s=-1.0))
             for job_id in requests:
                 client.cancel(job_id)
     finally:
@@ -178,19 +179,19 @@ def test_invalid_requests_get_clear_errors(log):
     try:
         with FleetClient(daemon.address) as client:
             with pytest.raises(InvalidRequest, match="unknown operator"):
-                client.submit("conv9(M=1)", "k")
+                client.submit(JobSpec("conv9(M=1)", "k"))
             with pytest.raises(InvalidRequest, match="invalid device key"):
-                client.submit("matmul(M=2,N=2,K=2)", "bad key!")
+                client.submit(JobSpec("matmul(M=2,N=2,K=2)", "bad key!"))
             with pytest.raises(InvalidRequest, match="unknown target 'fpga'"):
-                client.submit("matmul(M=2,N=2,K=2)", "k", target="fpga")
+                client.submit(JobSpec("matmul(M=2,N=2,K=2)", "k", target="fpga"))
             with pytest.raises(InvalidRequest, match="no template for conv2d_nchw on target cpu"):
-                client.submit("conv2d_nchw(N=1,C=1,H=4,W=4,K=1,R=1,S=1)", "k")  # not in the testing catalog
+                client.submit(JobSpec("conv2d_nchw(N=1,C=1,H=4,W=4,K=1,R=1,S=1)", "k"))  # not in the testing catalog
             with pytest.raises(InvalidRequest, match="more than the limit"):
-                client.submit("matmul(M=65536,N=65536,K=2)", "k")
+                client.submit(JobSpec("matmul(M=65536,N=65536,K=2)", "k"))
             with pytest.raises(InvalidRequest, match="cannot pin unknown knob"):
-                client.submit("matmul(M=2,N=2,K=2)", "k", pins=("no_such_knob=1",))
+                client.submit(JobSpec("matmul(M=2,N=2,K=2)", "k", pins=("no_such_knob=1",)))
             with pytest.raises(InvalidRequest, match="not one of"):
-                client.submit("matmul(M=2,N=2,K=2)", "k", pins=("behaviour=explode",))
+                client.submit(JobSpec("matmul(M=2,N=2,K=2)", "k", pins=("behaviour=explode",)))
             with pytest.raises(NotFound):
                 client.job(999)
             assert client.jobs() == []  # nothing bad got in, and the daemon still answers
@@ -205,7 +206,7 @@ def test_priority_and_fair_share_between_jobs_of_one_key():
     from tuner.daemon.scheduler import Scheduler
 
     scheduler = Scheduler(heartbeat_interval_s=1, agent_timeout_s=5)
-    agent = scheduler.register("k", "a", None, {}, parallel=1)
+    agent = scheduler.register("k", "a", {}, parallel=1)
     item = MeasureInput(parse_workload("matmul(M=1,N=1,K=1)"), Config((("variant", 0),)), "sleep")
     scheduler.submit("k", 1, 0, [item] * 4, FAST)
     scheduler.submit("k", 2, 0, [item] * 4, FAST)
@@ -223,13 +224,13 @@ def test_late_result_of_an_expired_lease_is_rejected():
 
     now = [0.0]
     scheduler = Scheduler(heartbeat_interval_s=1, agent_timeout_s=5, clock=lambda: now[0])
-    slow = scheduler.register("k", "slow", None, {}, parallel=1)
+    slow = scheduler.register("k", "slow", {}, parallel=1)
     item = MeasureInput(parse_workload("matmul(M=1,N=1,K=1)"), Config((("variant", 0),)), "sleep")
     batch = scheduler.submit("k", 1, 0, [item], FAST)
     [lease] = scheduler.lease(slow.agent_id, 1, 0)
     old_lease_id = lease.lease_id
     now[0] = 10.0  # slow stays silent past the timeout
-    fast = scheduler.register("k", "fast", None, {}, parallel=1)
+    fast = scheduler.register("k", "fast", {}, parallel=1)
     [again] = scheduler.lease(fast.agent_id, 1, 0)
     assert again.index == 0 and again.lease_id != old_lease_id
     ok = MeasureResult(MeasureStatus.OK, costs=(1.0,))
@@ -326,7 +327,7 @@ def test_queued_work_wakes_waiting_leases_one_per_candidate_or_all_under_a_requi
         wait_for(lambda: sum(len(c._waiters) for c in scheduler._work.values()) == len(agents), 10, "leases waiting")
         return got, threads
 
-    plain = [scheduler.register("k", f"a{i}", None, {}, parallel=1) for i in range(3)]
+    plain = [scheduler.register("k", f"a{i}", {}, parallel=1) for i in range(3)]
     got, threads = wait_in_lease(plain, 600.0)
     scheduler.submit("k", 1, 0, [item] * 2, FAST)
     # A lease that missed its wake-up sleeps out its 600 s wait: never answered here.
@@ -338,8 +339,8 @@ def test_queued_work_wakes_waiting_leases_one_per_candidate_or_all_under_a_requi
     for agent in plain:
         scheduler.leave(agent.agent_id)
 
-    cpu = scheduler.register("r", "cpu", None, {}, parallel=1)
-    gpu = scheduler.register("r", "gpu", None, {"gpu": "h200"}, parallel=1)
+    cpu = scheduler.register("r", "cpu", {}, parallel=1)
+    gpu = scheduler.register("r", "gpu", {"gpu": "h200"}, parallel=1)
     got, threads = wait_in_lease([cpu, gpu], 600.0)
     scheduler.submit("r", 2, 0, [item], FAST, requirement=lambda info: "gpu" in info)
     wait_for(lambda: "gpu" in got, 30, "the lease of the agent that meets the requirement answered")

@@ -29,7 +29,7 @@ def daemon(tmp_path):
 
 def test_metrics_count_agents_results_errors_and_expiries(daemon):
     s = daemon.scheduler
-    agent = s.register("gpu-a", "a1", None, {}, parallel=1)
+    agent = s.register("gpu-a", "a1", {}, parallel=1)
     item = MeasureInput(parse_workload("matmul(M=1,N=1,K=1)"), Config((("variant", 0),)), "sleep")
     s.submit("gpu-a", 7, 0, [item, item, item], TimingConfig())
     leases = s.lease(agent.agent_id, 3, 0)

@@ -14,6 +14,7 @@ from measure_agent.templates import testing_catalog as fault_catalog
 from measure_agent.workload import parse_workload
 from tuner.daemon import FleetClient
 from tuner.daemon.scheduler import Scheduler
+from tuner.fleet import JobSpec
 from tuner.job import TuneOptions, TuningJob
 from tuner.log import TuningLog
 from tuner.measure import SyncMeasurer
@@ -98,8 +99,8 @@ def test_a_job_measures_only_pinned_and_constrained_configs(tmp_path):
 
 def test_only_matching_agents_lease_a_targeted_job():
     scheduler = Scheduler(heartbeat_interval_s=1, agent_timeout_s=5)
-    plain = scheduler.register("k", "avx2", None, {"isa_features": ["avx2"]}, parallel=1)
-    wide = scheduler.register("k", "avx512", None, {"isa_features": ["avx2", "avx512f"]}, parallel=1)
+    plain = scheduler.register("k", "avx2", {"isa_features": ["avx2"]}, parallel=1)
+    wide = scheduler.register("k", "avx512", {"isa_features": ["avx2", "avx512f"]}, parallel=1)
     item = MeasureInput(parse_workload("matmul(M=1,N=1,K=1)"), Config((("variant", 0),)), "cpu")
     needs = parse_target("llvm -mattr=+avx512f")
     scheduler.submit("k", 1, 0, [item], TimingConfig(), requirement=needs.matches)
@@ -110,12 +111,12 @@ def test_only_matching_agents_lease_a_targeted_job():
 def test_wait_timeout_counts_only_agents_that_meet_the_target():
     now = [100.0]
     scheduler = Scheduler(heartbeat_interval_s=1, agent_timeout_s=50, clock=lambda: now[0])
-    scheduler.register("k", "avx2", None, {"isa_features": ["avx2"]}, parallel=1)
+    scheduler.register("k", "avx2", {"isa_features": ["avx2"]}, parallel=1)
     needs = parse_target("llvm -mattr=+avx512f").matches
     now[0] = 110.0
     assert scheduler.seconds_without_agents("k", 100.0) == 0.0  # the key has an agent...
     assert scheduler.seconds_without_agents("k", 100.0, needs) == 10.0  # ...but none that can serve the job
-    scheduler.register("k", "avx512", None, {"isa_features": ["avx2", "avx512f"]}, parallel=1)
+    scheduler.register("k", "avx512", {"isa_features": ["avx2", "avx512f"]}, parallel=1)
     assert scheduler.seconds_without_agents("k", 100.0, needs) == 0.0
 
 
@@ -132,10 +133,10 @@ def test_a_job_proposes_nothing_before_an_agent_that_can_serve_it_registers():
     measurer = FleetMeasurer(scheduler, "k", 1, 0, TimingConfig(), "v", threading.Event(), requirement=needs)
     waited = threading.Thread(target=measurer.wait_for_device)
     waited.start()
-    scheduler.register("k", "avx2", None, {"isa_features": ["avx2"]}, parallel=1)
+    scheduler.register("k", "avx2", {"isa_features": ["avx2"]}, parallel=1)
     waited.join(0.5)
     assert waited.is_alive()  # an agent that cannot serve the target does not count
-    scheduler.register("k", "avx512", None, {"isa_features": ["avx2", "avx512f"]}, parallel=1)
+    scheduler.register("k", "avx512", {"isa_features": ["avx2", "avx512f"]}, parallel=1)
     waited.join(5)
     assert not waited.is_alive() and measurer.device_info["isa_features"] == ["avx2", "avx512f"]
 
@@ -151,9 +152,9 @@ def test_a_job_no_registered_agent_can_serve_says_so(tmp_path):
     with TuningLog(f"sqlite:///{tmp_path / 't.db'}") as log:
         daemon = start_daemon(log)
         try:
-            daemon.scheduler.register("x86", "plain", None, {"isa_features": ["avx2"]}, parallel=1)
+            daemon.scheduler.register("x86", "plain", {"isa_features": ["avx2"]}, parallel=1)
             with FleetClient(daemon.address) as client:
-                job = client.submit("matmul(M=2,N=2,K=2)", "x86", target="llvm -mattr=+avx512f", trials=2)
+                job = client.submit(JobSpec("matmul(M=2,N=2,K=2)", "x86", target="llvm -mattr=+avx512f", trials=2))
                 status = client.job(job.job_id)
                 assert status.state == "queued"
                 assert "no registered agent of key x86 matches target 'llvm -mattr=+avx512f'" in status.message

@@ -9,8 +9,8 @@ import pytest
 
 from measure_agent.engine import TimingConfig
 from measure_agent.protocol.errors import InvalidRequest, Unavailable
-from measure_agent.protocol.v1 import fleet_pb2 as pb
 from measure_agent.workload import parse_workload
+from tuner.fleet import JobSpec, JobStatus
 from tuner.graph import FleetTaskTuner, Task, TaskScheduler, TuneOutcome
 
 from fleet_helpers import agent_names, start_agent, start_daemon, stop_all, wait_for
@@ -210,23 +210,19 @@ def test_tune_model_report_text_and_json():
 
 # -- the fleet adapter ---------------------------------------------------------------------------------
 def status(job_id: int, state: str, done: int, best: float | None = None, default: float | None = None,
-           message: str = "", stopped_early: bool = False) -> pb.JobStatus:
-    s = pb.JobStatus(job_id=job_id, state=state, done=done, message=message, stopped_early=stopped_early)
-    if best is not None:
-        s.best_mean_s = best
-    if default is not None:
-        s.default_mean_s = default
-    return s
+           message: str = "", stopped_early: bool = False) -> JobStatus:
+    return JobStatus(job_id=job_id, state=state, spec=JobSpec(A, "box"), done=done, message=message,
+                     stopped_early=stopped_early, best_mean_s=best, default_mean_s=default)
 
 
 class FakeClient:
     def __init__(self, finals) -> None:
         self.finals = list(finals)  # one per submit: a JobStatus, an exception to raise, or "interrupt"
-        self.submitted: list[tuple[str, str, dict]] = []
+        self.submitted: list[JobSpec] = []
         self.cancelled: list[int] = []
 
-    def submit(self, workload, device_key, **kwargs):
-        self.submitted.append((workload, device_key, kwargs))
+    def submit(self, spec):
+        self.submitted.append(spec)
         final = self.finals.pop(0)
         if isinstance(final, Exception):
             raise final
@@ -248,15 +244,17 @@ def test_fleet_adapter_submits_cumulative_trials_and_reads_the_final_status():
     client = FakeClient([status(1, "done", 8, best=2e-3, default=3e-3),
                          status(2, "done", 16, best=1e-3, default=3e-3)])
     seen = []
-    tuner = FleetTaskTuner(client, "box", target="cpu", strategy="random", seed=3, timing=timing, on_status=seen.append)
+    tuner = FleetTaskTuner(client, JobSpec(A, "box", target="cpu", strategy="random", seed=3, timing=timing),
+                           on_status=seen.append)
     first = tuner.tune(task(A), 8)
     second = tuner.tune(task(A), 16)
     assert first == TuneOutcome(best_s=2e-3, trials=8, default_s=3e-3)
     assert second.best_s == 1e-3 and second.trials == 16 and not second.exhausted
-    (w1, key1, kw1), (w2, _, kw2) = client.submitted
-    assert w1 == w2 == A and key1 == "box"
-    assert (kw1["trials"], kw2["trials"]) == (8, 16)
-    assert kw1["target"] == "cpu" and kw1["strategy"] == "random" and kw1["seed"] == 3 and kw1["timing"] is timing
+    first_spec, second_spec = client.submitted
+    assert first_spec.workload == second_spec.workload == A and first_spec.device_key == "box"
+    assert (first_spec.trials, second_spec.trials) == (8, 16)
+    assert (first_spec.target == "cpu" and first_spec.strategy == "random" and first_spec.seed == 3
+            and first_spec.timing is timing)
     assert len(seen) == 4 and tuner.jobs == [1, 2]
 
 
@@ -268,7 +266,7 @@ def test_fleet_adapter_failures_exhaustion_refusal_and_interrupt():
         InvalidRequest("no template for conv2d_nchw on target cpu; installed: matmul/cpu"),
         "interrupt",
     ])
-    tuner = FleetTaskTuner(client, "box")
+    tuner = FleetTaskTuner(client, JobSpec(A, "box"))
     exhausted = tuner.tune(task(A), 8)
     assert exhausted.exhausted and exhausted.trials == 5 and not exhausted.error
     assert not tuner.tune(task(A), 8).exhausted
@@ -281,7 +279,7 @@ def test_fleet_adapter_failures_exhaustion_refusal_and_interrupt():
     assert client.cancelled == [5]
     # a lost daemon is not a task failure: it propagates
     with pytest.raises(Unavailable):
-        FleetTaskTuner(FakeClient([Unavailable("daemon unreachable")]), "box").tune(task(A), 8)
+        FleetTaskTuner(FakeClient([Unavailable("daemon unreachable")]), JobSpec(A, "box")).tune(task(A), 8)
 
 
 def test_scheduler_over_a_daemon_with_the_testing_catalog(tmp_path, kernel_cache_dir):
@@ -296,8 +294,9 @@ def test_scheduler_over_a_daemon_with_the_testing_catalog(tmp_path, kernel_cache
             wait_for(lambda: agent_names(daemon) == {"sched-1"}, what="agent joined")
             fast, slow = task("matmul(M=2,N=2,K=1)", count=1), task("matmul(M=2,N=2,K=3)", count=2)
             with FleetClient(daemon.address) as client:
-                tuner = FleetTaskTuner(client, "sched", target="sleep", strategy="random",
-                                       timing=TimingConfig(repeat=1, warmup=0, min_repeat_ms=0, run_timeout_s=10))
+                timing = TimingConfig(repeat=1, warmup=0, min_repeat_ms=0, run_timeout_s=10)
+                tuner = FleetTaskTuner(client, JobSpec(fast.key, "sched", target="sleep", strategy="random",
+                                                       timing=timing))
                 result = TaskScheduler([fast, slow], tuner, round_trials=3).run(10)
                 assert result.spent == 10
                 held = {s.task.key: len(log.trials(workload_key=s.task.key, device_key="sched", target="sleep"))

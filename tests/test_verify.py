@@ -10,7 +10,8 @@ from measure_agent.space import Config
 from measure_agent.templates import default_catalog, testing_catalog
 from measure_agent.workload import parse_workload
 from tuner.cli import main
-from tuner.cli.verify import VerifyRow, choose_configs, report, verify_configs
+from tuner.cli.verify import report
+from tuner.measure.verify import VerifyRow, choose_configs, verify_configs
 from tuner.measure import LocalMeasurer
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from measure_agent.device import DeviceInfo
 from measure_agent.engine import MeasureInput, MeasureResult
@@ -23,6 +23,9 @@ from tuner.measure import MeasurementAborted, Measurer
 from tuner.search import Observation, make_strategy
 from tuner.steering import steer_space
 from tuner.search.transfer import prior_from_log
+
+if TYPE_CHECKING:
+    from tuner.fleet import JobSpec
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,13 @@ class TuneOptions:
             raise ValueError("trials must be >= 1")
         if self.early_stopping is not None and self.early_stopping < 1:
             raise ValueError("early stopping must be >= 1")
+
+    @classmethod
+    def from_spec(cls, spec: "JobSpec") -> "TuneOptions":
+        """What the loop takes from a job's spec (the rest goes to its measurer)."""
+        return cls(trials=spec.trials, strategy=spec.strategy, seed=spec.seed, early_stopping=spec.early_stopping,
+                   target=spec.target_spec.family, pins=spec.pin_pairs, constraints=tuple(spec.constraints),
+                   transfer=spec.transfer, time_budget_s=spec.time_budget_s)
 
 
 @dataclass(frozen=True)

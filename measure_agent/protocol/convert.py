@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Sequence
 
 from measure_agent.device import DeviceInfo
 from measure_agent.engine.types import MeasureResult, MeasureStatus, TimingConfig
@@ -57,6 +58,28 @@ def capabilities_to_json(caps: pb.Capabilities) -> dict:
         if value:
             data[name] = value
     return data
+
+
+def is_repeated(field) -> bool:
+    """Whether a field descriptor is ``repeated`` (protobuf 7 dropped ``label`` for ``is_repeated``)."""
+    flag = getattr(field, "is_repeated", None)
+    return flag if flag is not None else field.label == field.LABEL_REPEATED
+
+
+def capabilities_from_json(data: dict, templates: Sequence[str] = ()) -> pb.Capabilities:
+    """Inverse of :func:`capabilities_to_json` (the daemon keeps agents' capabilities as that dict)."""
+    caps = pb.Capabilities(templates=list(templates))
+    for name, field in pb.Capabilities.DESCRIPTOR.fields_by_name.items():
+        if name not in data or name == "templates":
+            continue
+        value = data[name]
+        if is_repeated(field):
+            getattr(caps, name).extend(str(v) for v in value)
+        elif field.type == field.TYPE_INT32:
+            setattr(caps, name, int(value))
+        else:
+            setattr(caps, name, str(value))
+    return caps
 
 
 def result_to_proto(lease_id: str, result: MeasureResult) -> pb.Measurement:

@@ -102,33 +102,58 @@ def add_client_security_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tls-key", metavar="PEM", help="key of the client certificate")
 
 
-def fleet_client(args: argparse.Namespace, address: str | None = None):
-    """A :class:`FleetClient` for ``--tracker`` with the token and TLS options of ``args``."""
+def _credentials(args: argparse.Namespace):
+    """(token, TLS files) of a client from ``--token-file``/``$TUNEFLEET_TOKEN_FILE`` and ``--tls-*``."""
     from measure_agent.protocol.connection import CredentialsError, TlsFiles, read_tokens
-    from tuner.daemon import FleetClient
     from tuner.settings import resolve_token_file
 
     try:
         token_file = resolve_token_file(getattr(args, "token_file", None))
         token = read_tokens(token_file)[0] if token_file else None
-        tls = TlsFiles(getattr(args, "tls_ca", None), getattr(args, "tls_cert", None), getattr(args, "tls_key", None))
+    except CredentialsError as exc:
+        raise CliError(str(exc)) from None
+    return token, TlsFiles(getattr(args, "tls_ca", None), getattr(args, "tls_cert", None), getattr(args, "tls_key", None))
+
+
+def fleet_client(args: argparse.Namespace, address: str | None = None):
+    """A :class:`FleetClient` for ``--tracker`` with the token and TLS options of ``args``."""
+    from measure_agent.protocol.connection import CredentialsError
+    from tuner.daemon import FleetClient
+
+    token, tls = _credentials(args)
+    try:
         return FleetClient(address or args.tracker, token=token, tls=tls, on_outage=_note)
+    except CredentialsError as exc:
+        raise CliError(str(exc)) from None
+
+
+@contextmanager
+def opened_fleet(args: argparse.Namespace, command: str, target: str, *, db: str | None = None) -> Iterator:
+    """:func:`tuner.fleet.connect.open_fleet` for ``--tracker``/``--rpc-key`` (or the embedded
+    daemon over ``--db``, or ``db``, with ``--parallel`` build workers), its failures as one line."""
+    from measure_agent.protocol.connection import CredentialsError
+    from tuner.fleet.connect import LocalFleetError, open_fleet
+    from tuner.log import TuningLogError
+    from tuner.settings import SettingsError
+    from tuner.steering import SteeringError
+
+    if args.rpc_key and not args.tracker:
+        raise CliError(f"--rpc-key needs --tracker HOST:PORT: without a daemon, {command} measures on this host")
+    if args.tracker and not args.rpc_key:
+        raise CliError("--tracker needs --rpc-key KEY: the device key of the agents to use")
+    token, tls = _credentials(args) if args.tracker else (None, None)
+    device_key = args.rpc_key if args.tracker else getattr(args, "device_key", None)
+    try:
+        with open_fleet(args.tracker, device_key, target=target, db=db or getattr(args, "db", None),
+                        parallel=getattr(args, "parallel", 1), token=token, tls=tls, on_outage=_note) as session:
+            yield session
+    except SteeringError as exc:
+        raise CliError(str(exc)) from None
+    except (LocalFleetError, TuningLogError, SettingsError) as exc:
+        raise CliError(str(exc), EXIT_FAILURE) from None
     except CredentialsError as exc:
         raise CliError(str(exc)) from None
 
 
 def _note(text: str) -> None:
     print(f"tuner: note: {text}", file=sys.stderr, flush=True)
-
-
-def require_local_gpu(family: str) -> None:
-    """CUDA templates measured on this host need a GPU (or numba's simulator): say so up front
-    instead of recording every candidate as a compile error."""
-    if family != "cuda":
-        return
-    from measure_agent.device import cuda_simulated, detect_gpu
-
-    if not detect_gpu() and not cuda_simulated():
-        raise CliError("no CUDA GPU on this host: measure CUDA kernels on a fleet (--tracker HOST:PORT --rpc-key "
-                       "KEY of CUDA agents), or set NUMBA_ENABLE_CUDASIM=1 to check templates in numba's simulator",
-                       EXIT_FAILURE)

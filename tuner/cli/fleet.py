@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from measure_agent.protocol.errors import FleetError, InvalidRequest
+from measure_agent.arguments import device_key_type
+from measure_agent.protocol.errors import FleetError
 from tuner.cli.common import (
     EXIT_FAILURE,
     CliError,
@@ -15,13 +16,7 @@ from tuner.cli.common import (
     tracker_address,
     workload_arg,
 )
-from tuner.cli.jobs_view import (
-    print_summary,
-    status_json,
-    status_line,
-    submit_arguments,
-    watch_with_progress,
-)
+from tuner.cli.jobs_view import print_summary, status_line, watch_with_progress
 
 
 def _tracker(p: argparse.ArgumentParser) -> None:
@@ -35,7 +30,8 @@ def register(subparsers) -> None:
     submit = subparsers.add_parser("submit", help="submit a tuning job to the fleet and print its id")
     add_job_arguments(submit)
     _tracker(submit)
-    submit.add_argument("--rpc-key", required=True, metavar="KEY", help="device key of the agents to use")
+    submit.add_argument("--rpc-key", required=True, metavar="KEY", type=device_key_type,
+                        help="device key of the agents to use")
     submit.set_defaults(func=run_submit)
 
     jobs = subparsers.add_parser("jobs", help="list the daemon's jobs")
@@ -66,17 +62,11 @@ def _fleet_call(fn):
 
 
 def run_submit(args: argparse.Namespace) -> int:
-    from tuner.cli.tune import timing_from_args
+    from tuner.cli.tune import job_spec_from_args, submit_job
 
-    workload = workload_arg(args.workload)
-    timing = timing_from_args(args)
+    spec = job_spec_from_args(args, workload_arg(args.workload).key, args.rpc_key)
     with fleet_client(args) as client:
-        try:
-            status = client.submit(**submit_arguments(workload, args.rpc_key, args, timing))
-        except InvalidRequest as exc:
-            raise CliError(str(exc)) from None  # bad input: exit 2
-        except FleetError as exc:
-            raise CliError(str(exc), EXIT_FAILURE) from None
+        status = submit_job(client, spec)
     print(f"submitted {status.workload} on key {status.device_key} as job {status.job_id}")
     return 0
 
@@ -85,7 +75,7 @@ def run_jobs(args: argparse.Namespace) -> int:
     with fleet_client(args) as client:
         jobs = _fleet_call(client.jobs)
     if args.json:
-        print(json.dumps([status_json(j) for j in jobs], sort_keys=True))
+        print(json.dumps([j.to_json() for j in jobs], sort_keys=True))
         return 0
     if not jobs:
         print("no jobs")
@@ -97,7 +87,7 @@ def run_jobs(args: argparse.Namespace) -> int:
 def run_status(args: argparse.Namespace) -> int:
     with fleet_client(args) as client:
         status = _fleet_call(lambda: client.job(args.job))
-    print(json.dumps(status_json(status), sort_keys=True) if args.json else status_line(status))
+    print(json.dumps(status.to_json(), sort_keys=True) if args.json else status_line(status))
     return 0
 
 
@@ -119,14 +109,7 @@ def run_agents(args: argparse.Namespace) -> int:
     with fleet_client(args) as client:
         fleet = _fleet_call(client.agents)
     if args.json:
-        data = {
-            "keys": [{"key": k.key, "agents": k.agents, "busy_agents": k.busy_agents,
-                      "queued_candidates": k.queued_candidates, "leased_candidates": k.leased_candidates,
-                      "jobs": k.jobs} for k in fleet.keys],
-            "agents": [{"agent_id": a.agent_id, "key": a.key, "name": a.name, "parallel": a.parallel,
-                        "leased": a.leased, "peer": a.peer, "seconds_since_heartbeat": round(a.last_heartbeat, 3),
-                        "capabilities": _caps_json(a.capabilities)} for a in fleet.agents],
-        }
+        data = {"keys": [k.to_json() for k in fleet.keys], "agents": [a.to_json() for a in fleet.agents]}
         print(json.dumps(data, sort_keys=True))
         return 0
     if not fleet.keys:
@@ -134,17 +117,9 @@ def run_agents(args: argparse.Namespace) -> int:
     for key in fleet.keys:
         print(f"{key.key}: {key.agents} agents, {key.busy_agents} busy, {key.queued_candidates} queued, "
               f"{key.leased_candidates} leased, {key.jobs} jobs")
-        for a in (a for a in fleet.agents if a.key == key.key):
-            caps = a.capabilities
-            print(f"    {a.name:<20} {caps.arch} {caps.cpu_model} {caps.cores} cores "
-                  f"[{' '.join(caps.isa_features)}] numba {caps.numba_version} "
-                  f"{'leased ' + str(a.leased) if a.leased else 'idle'}  heartbeat {a.last_heartbeat:.1f}s ago")
+        for a in fleet.agents_of(key.key):
+            device = a.device
+            print(f"    {a.name:<20} {device.arch} {device.cpu_model} {device.cores} cores "
+                  f"[{' '.join(device.isa_features)}] numba {device.numba_version} "
+                  f"{'leased ' + str(a.leased) if a.leased else 'idle'}  heartbeat {a.seconds_since_heartbeat:.1f}s ago")
     return 0
-
-
-def _caps_json(caps) -> dict:
-    from measure_agent.protocol.convert import capabilities_to_json
-
-    return capabilities_to_json(caps)
-
-

@@ -14,23 +14,8 @@ import json
 import sys
 
 from measure_agent.protocol.errors import FleetError
-from tuner.cli.common import (
-    EXIT_FAILURE,
-    CliError,
-    add_client_security_arguments,
-    add_db_arguments,
-    fleet_client,
-    int32,
-    local_device_key,
-    non_negative_float,
-    non_negative_int,
-    open_log,
-    positive_float,
-    positive_int,
-    positive_int32,
-    tracker_address,
-)
-from tuner.search import DEFAULT_STRATEGY, STRATEGIES
+from tuner.cli.common import EXIT_FAILURE, CliError, add_db_arguments, opened_fleet, positive_int, positive_int32
+from tuner.cli.tune import add_local_fleet_arguments, add_search_arguments, search_spec_from_args, timing_from_args
 
 LATENCY_NOTE = ("estimated model latency = sum over tasks of count x mean time of one call; operators that "
                 "are not tasks (elementwise, pooling, normalisation, data movement) and skipped nodes are not counted")
@@ -58,28 +43,9 @@ def register(subparsers) -> None:
                    help="trials per task and round (default 8; the warm-up gives each task one round)")
     p.add_argument("--max-tasks", type=positive_int, metavar="K",
                    help="tune only the K tasks with the most FLOPs (count x FLOPs of one call)")
-    p.add_argument("--target", default="cpu",
-                   help='cpu, cuda, or a TVM-style target such as "llvm -mattr=+avx2" (on a fleet, only matching '
-                   "agents measure); default cpu")
-    p.add_argument("--strategy", default=DEFAULT_STRATEGY, choices=sorted(STRATEGIES))
-    p.add_argument("--seed", type=non_negative_int, default=0)
-    p.add_argument("--number", type=positive_int32, default=1, help="calls per timed repeat (default 1)")
-    p.add_argument("--repeat", type=positive_int32, default=3, help="timed repeats (default 3)")
-    p.add_argument("--min-repeat-ms", type=non_negative_float, default=50.0,
-                   help="grow --number until one repeat lasts this long (default 50)")
-    p.add_argument("--timeout", type=positive_float, default=20.0,
-                   help="run timeout per candidate, seconds (default 20)")
-    p.add_argument("--build-timeout", type=positive_float, default=120.0,
-                   help="build timeout per candidate, seconds (default 120)")
-    p.add_argument("--priority", type=int32, default=0, help="fleet jobs of higher priority are served first")
-    p.add_argument("--wait-timeout", type=non_negative_float, default=0.0, metavar="SECONDS",
-                   help="fail a job when no agent of the key is present for this long (default: wait)")
-    p.add_argument("--parallel", type=positive_int32, default=1, help="build workers of the local agent (default 1)")
-    p.add_argument("--tracker", type=tracker_address, metavar="HOST:PORT",
-                   help="the daemon; without it, tune on this host")
-    p.add_argument("--rpc-key", metavar="KEY", help="device key of the fleet agents to use (with --tracker)")
+    add_search_arguments(p, "a job")
+    add_local_fleet_arguments(p)
     p.add_argument("--json", action="store_true", help="print the final report as JSON")
-    add_client_security_arguments(p)
     add_db_arguments(p)
     p.set_defaults(func=run_tune_model)
 
@@ -140,8 +106,6 @@ def print_task_table(found, out=None) -> None:
 
 # -- tuner tune-model ---------------------------------------------------------------------------------
 def run_tune_model(args: argparse.Namespace) -> int:
-    from measure_agent.engine import TimingConfig
-    from tuner.daemon import FleetClient
     from tuner.steering import SteeringError, parse_target
 
     if args.rpc_key and not args.tracker:
@@ -151,31 +115,17 @@ def run_tune_model(args: argparse.Namespace) -> int:
         _warn(f"skipped {skipped}")
     if not found.tasks:
         raise CliError(f"{args.model} has no tunable task (see: tuner tasks {args.model})")
+    timing_from_args(args)  # bad timing is a usage error before anything starts
     try:
-        timing = TimingConfig(number=args.number, repeat=args.repeat, min_repeat_ms=args.min_repeat_ms,
-                              build_timeout_s=args.build_timeout, run_timeout_s=args.timeout)
         target = parse_target(args.target)
-    except (ValueError, SteeringError) as exc:
+    except SteeringError as exc:
         raise CliError(str(exc)) from None
     tasks = list(found.tasks)
-    if args.tracker:  # the daemon's templates decide; a task it refuses is retired with the reason
-        if not args.rpc_key:
-            raise CliError("--tracker needs --rpc-key KEY: the device key of the agents to use")
-        tasks = _most_work(tasks, args.max_tasks)
-        with fleet_client(args) as client:
-            return _schedule(client, args.rpc_key, tasks, found, args, timing)
-    from measure_agent.device import detect_device
-    from tuner.daemon.embedded import local_fleet
-
-    tasks = _most_work(_with_templates(tasks, target.family), args.max_tasks)
-    device = detect_device()
-    if target.has_requirements and not target.matches(device.to_json()):
-        raise CliError(f"this host ({device.cpu_model}, {' '.join(device.isa_features)}) does not match target "
-                       f"{target.text!r}; run it on a fleet with --tracker", EXIT_FAILURE)
-    device_key = args.device_key or local_device_key()
-    with open_log(args.db) as log, local_fleet(log, device_key, parallel=args.parallel, device=device) as daemon:
-        with FleetClient(daemon.address) as client:
-            return _schedule(client, device_key, tasks, found, args, timing)
+    # On a fleet the daemon's templates decide (a task it refuses is retired with the reason);
+    # here, tasks without a local template are left out up front.
+    tasks = _most_work(tasks if args.tracker else _with_templates(tasks, target.family), args.max_tasks)
+    with opened_fleet(args, "tune-model", args.target) as fleet:
+        return _schedule(fleet.client, fleet.device_key, tasks, found, args)
 
 
 def _with_templates(tasks, family: str):
@@ -207,11 +157,11 @@ def _most_work(tasks, limit: int | None):
     return [t for i, t in enumerate(tasks) if i in keep]
 
 
-def _schedule(client, device_key: str, tasks, found, args: argparse.Namespace, timing) -> int:
+def _schedule(client, device_key: str, tasks, found, args: argparse.Namespace) -> int:
     from tuner.graph import FleetTaskTuner, TaskScheduler
 
-    tuner = FleetTaskTuner(client, device_key, target=args.target, strategy=args.strategy, seed=args.seed,
-                           priority=args.priority, timing=timing, wait_timeout_s=args.wait_timeout)
+    # every round's job: the task's workload and trials on these search and timing options
+    tuner = FleetTaskTuner(client, search_spec_from_args(args, tasks[0].key, device_key))
     number = task_numbers(found)
 
     def on_start(state, trials, phase) -> None:

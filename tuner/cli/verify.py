@@ -1,10 +1,9 @@
-"""``tuner verify``: build and run a template's configs on this host and compare them with the reference.
+"""``tuner verify``: build and run a template's configs and compare them with the reference.
 
-The default config and N random valid configs of a workload's space go through a :class:`Measurer`
-(here a :class:`LocalMeasurer`: the real engine and its isolated build and run workers), which
-checks every output against the operator's numpy reference. Each config gets a line with its
-status and its largest absolute and relative error; any failure or mismatch makes the exit status
-non-zero. :func:`verify_configs` takes any measurer, so a fleet measurer can verify on remote agents.
+The procedure is :mod:`tuner.measure.verify`; this command opens the fleet (``--tracker``) or the
+embedded daemon with a local agent, as ``tune`` does, and prints one line per config with its status
+and its largest absolute and relative error. Any failure or mismatch makes the exit status non-zero.
+Nothing is recorded in the tuning log.
 """
 
 from __future__ import annotations
@@ -12,77 +11,27 @@ from __future__ import annotations
 import argparse
 import json
 import math
-from dataclasses import dataclass
+import tempfile
+from pathlib import Path
 from typing import Sequence
 
-import numpy as np
-
+from measure_agent.arguments import device_key_type
 from measure_agent.device import DeviceInfo
-from measure_agent.engine import MeasureInput, MeasureStatus, TimingConfig
-from measure_agent.space import Config, ConfigSpace
-from measure_agent.templates import Template, TemplateNotFound, default_catalog
-from measure_agent.workload import Workload
+from measure_agent.protocol.errors import FleetError, InvalidRequest
+from measure_agent.templates import TemplateNotFound, default_catalog
 from tuner.cli.common import (
-    add_client_security_arguments,
     EXIT_FAILURE,
     WORKLOAD_HELP,
     CliError,
+    add_client_security_arguments,
     non_negative_int,
+    opened_fleet,
     positive_float,
     positive_int,
-    require_local_gpu,
     tracker_address,
     workload_arg,
 )
-from tuner.measure import Measurer, SyncMeasurer
-
-
-@dataclass(frozen=True)
-class VerifyRow:
-    """One verified config: what the measurer said about it."""
-
-    config: Config
-    status: MeasureStatus
-    max_abs_error: float | None  # None when there was no output to check (build or run failure)
-    max_rel_error: float | None
-    message: str = ""
-
-    @property
-    def ok(self) -> bool:
-        return self.status is MeasureStatus.OK
-
-
-def verify_configs(measurer: Measurer, workload: Workload, target: str, configs: Sequence[Config]) -> list[VerifyRow]:
-    """Build, run and check ``configs`` on ``measurer``'s device; one row per config, in order."""
-    items = [MeasureInput(workload, config, target) for config in configs]
-    results = measurer.measure(items)
-    rows = []
-    for item, result in zip(items, results):
-        rows.append(VerifyRow(
-            config=item.config,
-            status=result.status,
-            max_abs_error=_number(result.details.get("max_abs_error")),
-            max_rel_error=_number(result.details.get("max_rel_error")),
-            message=result.message,
-        ))
-    return rows
-
-
-def choose_configs(template: Template, workload: Workload, space: ConfigSpace, samples: int,
-                   seed: int) -> list[tuple[str, Config]]:
-    """The default config and up to ``samples`` distinct random valid others, labelled."""
-    default = template.default_config(workload, space)
-    chosen = [("default", default)]
-    seen = {default.digest}
-    rng = np.random.default_rng(seed)
-    for _ in range(samples * 20):
-        if len(chosen) > samples:
-            break
-        config = space.sample(rng, 1)[0]
-        if config.digest not in seen:
-            seen.add(config.digest)
-            chosen.append((f"random {len(chosen)}", config))
-    return chosen
+from tuner.measure.verify import FleetVerifyMeasurer, VerifyRow, choose_configs, verify_configs, verify_timing
 
 
 def register(subparsers) -> None:
@@ -101,90 +50,42 @@ def register(subparsers) -> None:
                    help="build timeout per config, seconds (default 300)")
     p.add_argument("--tracker", type=tracker_address, metavar="HOST:PORT",
                    help="verify on fleet agents instead of this host")
-    p.add_argument("--rpc-key", metavar="KEY", help="device key of the fleet agents (with --tracker)")
+    p.add_argument("--rpc-key", metavar="KEY", type=device_key_type,
+                   help="device key of the fleet agents (with --tracker)")
     add_client_security_arguments(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from tuner.measure import LocalMeasurer
-
     workload = workload_arg(args.workload)
-    if args.tracker or args.rpc_key:
-        if not (args.tracker and args.rpc_key):
-            raise CliError("verify on a fleet needs both --tracker and --rpc-key")
-        return _run_on_fleet(args, workload)
+    if (args.tracker or args.rpc_key) and not (args.tracker and args.rpc_key):
+        raise CliError("verify on a fleet needs both --tracker and --rpc-key")
     try:
-        template = default_catalog().get(workload.op, args.target)
-    except TemplateNotFound as exc:
+        template = default_catalog().get(workload.op, args.target)  # --target is a template family here
+        family = template.target
+        timing = verify_timing(args.build_timeout, args.timeout)
+    except (TemplateNotFound, ValueError) as exc:
         raise CliError(str(exc)) from None
-    require_local_gpu(template.target)
-    try:
-        timing = TimingConfig(number=1, repeat=1, min_repeat_ms=0.0, warmup=1,
-                              build_timeout_s=args.build_timeout, run_timeout_s=args.timeout)
-    except ValueError as exc:
-        raise CliError(str(exc)) from None
-    with LocalMeasurer(timing, build_workers=args.parallel) as measurer:
-        # the space of the measuring device: the one its workers validate against
-        device = DeviceInfo.from_json(measurer.device_info)
-        space = template.space(workload, device)
-        chosen = choose_configs(template, workload, space, args.samples, args.seed)
-        print(f"verify {workload.key} on {measurer.device_key}, target {args.target}: the default config and "
-              f"{len(chosen) - 1} random ones (seed {args.seed})", flush=True)
-        rows = verify_configs(measurer, workload, args.target, [config for _, config in chosen])
-    return report(rows, [label for label, _ in chosen])
-
-
-class _FleetVerifyMeasurer(SyncMeasurer):
-    """Measures listed configs once on agents of a key, through the daemon (nothing is logged)."""
-
-    agent_name = "fleet"
-
-    def __init__(self, client, device_key: str, target: str, timing: TimingConfig, device_info: dict) -> None:
-        super().__init__()
-        self.client, self.device_key, self.target, self.timing = client, device_key, target, timing
-        self.device_info = device_info
-        self.template_version = ""
-
-    def measure_now(self, items):
-        from measure_agent.protocol.convert import result_from_proto
-
-        if not items:
-            return []
-        reply = self.client.measure(items[0].workload.key, self.device_key, [i.config.json_text() for i in items],
-                                    target=self.target, timing=self.timing)
-        return [result_from_proto(m) for m in reply.measurements]
-
-
-def _run_on_fleet(args: argparse.Namespace, workload) -> int:
-    from measure_agent.protocol.convert import capabilities_to_json
-    from measure_agent.protocol.errors import FleetError, InvalidRequest
-    from tuner.cli.common import fleet_client
-    from tuner.steering import SteeringError, parse_target
-
-    try:
-        family = parse_target(args.target).family
-        template = default_catalog().get(workload.op, family)
-        timing = TimingConfig(number=1, repeat=1, min_repeat_ms=0.0, warmup=1,
-                              build_timeout_s=args.build_timeout, run_timeout_s=args.timeout)
-    except (SteeringError, TemplateNotFound, ValueError) as exc:
-        raise CliError(str(exc)) from None
-    with fleet_client(args) as client:
-        try:
-            agents = [a for a in client.agents().agents if a.key == args.rpc_key]
-            if not agents:
-                raise CliError(f"no agent of key {args.rpc_key} is connected to {args.tracker}", EXIT_FAILURE)
-            info = capabilities_to_json(agents[0].capabilities)
-            space = template.space(workload, DeviceInfo.from_json(info))
-            chosen = choose_configs(template, workload, space, args.samples, args.seed)
-            print(f"verify {workload.key} on fleet key {args.rpc_key} ({len(agents)} agents), target {args.target}: "
-                  f"the default config and {len(chosen) - 1} random ones (seed {args.seed})", flush=True)
-            measurer = _FleetVerifyMeasurer(client, args.rpc_key, args.target, timing, info)
-            rows = verify_configs(measurer, workload, family, [config for _, config in chosen])
-        except InvalidRequest as exc:
-            raise CliError(str(exc)) from None
-        except FleetError as exc:
-            raise CliError(str(exc), EXIT_FAILURE) from None
+    # the embedded daemon needs a log; verifying records nothing, so a throw-away one
+    with tempfile.TemporaryDirectory(prefix="tunefleet-verify-") as scratch:
+        with opened_fleet(args, "verify", args.target, db=str(Path(scratch) / "verify.db")) as fleet:
+            try:
+                agents = fleet.client.agents().agents_of(fleet.device_key)
+                if not agents:
+                    raise CliError(f"no agent of key {fleet.device_key} is connected to {args.tracker}", EXIT_FAILURE)
+                # the space of the measuring device: the one its workers validate against
+                space = template.space(workload, DeviceInfo.from_json(agents[0].device_info))
+                chosen = choose_configs(template, workload, space, args.samples, args.seed)
+                where = fleet.device_key if fleet.embedded else f"fleet key {fleet.device_key} ({len(agents)} agents)"
+                print(f"verify {workload.key} on {where}, target {args.target}: the default config and "
+                      f"{len(chosen) - 1} random ones (seed {args.seed})", flush=True)
+                measurer = FleetVerifyMeasurer(fleet.client, fleet.device_key, args.target, timing,
+                                               agents[0].device_info)
+                rows = verify_configs(measurer, workload, family, [config for _, config in chosen])
+            except InvalidRequest as exc:
+                raise CliError(str(exc)) from None
+            except FleetError as exc:
+                raise CliError(str(exc), EXIT_FAILURE) from None
     return report(rows, [label for label, _ in chosen])
 
 
@@ -204,13 +105,6 @@ def report(rows: Sequence[VerifyRow], labels: Sequence[str]) -> int:
     listed = ", ".join(f"{label} ({row.status.value})" for label, row in failed)
     print(f"{len(failed)} of {len(rows)} configs failed: {listed}")
     return EXIT_FAILURE
-
-
-def _number(value) -> float | None:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return None
 
 
 def _error(value: float | None) -> str:

@@ -1,18 +1,35 @@
-"""Client of the daemon's ClientService; gRPC errors come back as protocol exceptions."""
+"""Client of the daemon's ClientService, and the conversions of its messages.
+
+Callers see only typed values (:class:`~tuner.fleet.JobSpec`, :class:`~tuner.fleet.JobStatus`,
+:class:`~tuner.fleet.FleetView`, engine results); gRPC errors come back as protocol exceptions.
+The conversions between those types and their messages live here (the service imports them), and
+go field by field by name, so a field added to ``JobSpec`` and to the proto needs no code here.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import time
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Sequence
 
 import grpc
 
-from measure_agent.engine import TimingConfig
+from measure_agent.engine import MeasureResult, TimingConfig
 from measure_agent.protocol.connection import TlsFiles, auth_metadata, open_channel
-from measure_agent.protocol.convert import timing_to_proto
-from measure_agent.protocol.errors import Unavailable, from_rpc_error
+from measure_agent.protocol.convert import (
+    capabilities_from_json,
+    capabilities_to_json,
+    is_repeated,
+    result_from_proto,
+    timing_from_proto,
+    timing_to_proto,
+)
+from measure_agent.protocol.errors import InvalidRequest, Unavailable, from_rpc_error
 from measure_agent.protocol.v1 import fleet_pb2 as pb
 from measure_agent.protocol.v1 import fleet_pb2_grpc as pb_grpc
+from tuner.fleet.agents import AgentInfo, FleetView, KeyInfo
+from tuner.fleet.jobs import JobSpec, JobStatus
 
 
 class FleetClient:
@@ -39,41 +56,40 @@ class FleetClient:
         self._reached = True
         return reply
 
-    def submit(self, workload: str, device_key: str, *, target: str = "cpu", strategy: str = "xgb",
-               trials: int = 64, seed: int = 0, early_stopping: int | None = None, priority: int = 0,
-               timing: TimingConfig | None = None, wait_timeout_s: float = 0.0, pins: tuple[str, ...] = (),
-               constraints: tuple[str, ...] = (), family: str = "", transfer: bool = True,
-               time_budget_s: float | None = None) -> pb.JobStatus:
-        spec = pb.JobSpec(workload=workload, device_key=device_key, target=target, strategy=strategy, trials=trials,
-                          seed=seed, early_stopping=early_stopping or 0, priority=priority,
-                          wait_timeout_s=wait_timeout_s, pins=list(pins), constraints=list(constraints),
-                          family=family, no_transfer=not transfer, time_budget_s=time_budget_s or 0.0)
-        if timing is not None:
-            spec.timing.CopyFrom(timing_to_proto(timing))
-        return self._call(self._stub.SubmitJob, spec)
+    def submit(self, spec: JobSpec) -> JobStatus:
+        """Submit a job; the daemon validates it (:class:`InvalidRequest` names what is wrong)."""
+        if not isinstance(spec, JobSpec):
+            raise TypeError(f"submit takes a JobSpec, not {type(spec).__name__}")
+        return status_from_proto(self._call(self._stub.SubmitJob, spec_to_proto(spec)))
 
-    def job(self, job_id: int) -> pb.JobStatus:
-        return self._call(self._stub.GetJob, pb.JobRef(job_id=job_id))
+    def job(self, job_id: int) -> JobStatus:
+        return status_from_proto(self._call(self._stub.GetJob, pb.JobRef(job_id=job_id)))
 
-    def jobs(self) -> list[pb.JobStatus]:
-        return list(self._call(self._stub.ListJobs, pb.ListJobsRequest()).jobs)
+    def jobs(self) -> list[JobStatus]:
+        return [status_from_proto(s) for s in self._call(self._stub.ListJobs, pb.ListJobsRequest()).jobs]
 
-    def cancel(self, job_id: int) -> pb.JobStatus:
-        return self._call(self._stub.CancelJob, pb.JobRef(job_id=job_id))
+    def cancel(self, job_id: int) -> JobStatus:
+        return status_from_proto(self._call(self._stub.CancelJob, pb.JobRef(job_id=job_id)))
 
-    def measure(self, workload: str, device_key: str, configs_json: list[str], *, target: str = "cpu",
-                timing: TimingConfig | None = None, wait_timeout_s: float = 0.0) -> pb.MeasureReply:
-        """Measure configs once on agents of ``device_key`` (not recorded in the log)."""
+    def measure(self, workload: str, device_key: str, configs_json: Sequence[str], *, target: str = "cpu",
+                timing: TimingConfig | None = None, wait_timeout_s: float = 0.0) -> list[MeasureResult]:
+        """Measure configs once on agents of ``device_key`` (not recorded in the log): one result per
+        config, in order, each naming the agent that measured it (``measured_by``)."""
         request = pb.MeasureRequest(workload=workload, device_key=device_key, target=target,
-                                    configs_json=configs_json, wait_timeout_s=wait_timeout_s)
+                                    configs_json=list(configs_json), wait_timeout_s=wait_timeout_s)
         if timing is not None:
             request.timing.CopyFrom(timing_to_proto(timing))
-        return self._call(self._stub.Measure, request, timeout=None)
+        reply = self._call(self._stub.Measure, request, timeout=None)
+        try:
+            return [dataclasses.replace(result_from_proto(m), measured_by=by)
+                    for m, by in zip(reply.measurements, reply.measured_by, strict=True)]
+        except (ValueError, json.JSONDecodeError) as exc:
+            raise InvalidRequest(f"malformed measurement from the daemon: {exc}") from None
 
-    def agents(self) -> pb.AgentList:
-        return self._call(self._stub.ListAgents, pb.ListAgentsRequest())
+    def agents(self) -> FleetView:
+        return fleet_from_proto(self._call(self._stub.ListAgents, pb.ListAgentsRequest()))
 
-    def watch(self, job_id: int, reconnect_s: float = 600.0) -> Iterator[pb.JobStatus]:
+    def watch(self, job_id: int, reconnect_s: float = 600.0) -> Iterator[JobStatus]:
         """Status after every change until the job ends.
 
         When a daemon that answered goes away (restart, crash) the watch reconnects with capped
@@ -85,6 +101,7 @@ class FleetClient:
                 for status in self._stub.WatchJob(pb.JobRef(job_id=job_id), metadata=self._metadata):
                     self._reached = True
                     outage.over()
+                    status = status_from_proto(status)
                     yield status
                     if status.state in ("done", "failed", "cancelled"):
                         return
@@ -97,7 +114,7 @@ class FleetClient:
                     raise error from None
             outage.wait()
 
-    def job_when_reachable(self, job_id: int, reconnect_s: float = 600.0) -> pb.JobStatus:
+    def job_when_reachable(self, job_id: int, reconnect_s: float = 600.0) -> JobStatus:
         """:meth:`job`, waiting through an outage of a daemon that answered before (it may be restarting)
         as :meth:`watch` does; a daemon this client never reached fails at once."""
         outage = _Outage(self.address, reconnect_s, self.on_outage)
@@ -144,3 +161,87 @@ class _Outage:
             raise Unavailable(f"daemon at {self.address} unreachable for {self.limit_s:g} s")
         time.sleep(self._backoff)
         self._backoff = min(5.0, self._backoff * 2)
+
+
+# -- messages <-> typed values (the service uses these too) ------------------------------------
+def _fields_to_proto(value, message, skip: Sequence[str] = ()) -> None:
+    """Copy a dataclass's fields into the message fields of the same names (``None``: left unset)."""
+    for f in dataclasses.fields(value):
+        item = getattr(value, f.name)
+        if f.name in skip or item is None:
+            continue
+        if isinstance(item, TimingConfig):
+            getattr(message, f.name).CopyFrom(timing_to_proto(item))
+        elif isinstance(item, (tuple, list)):
+            getattr(message, f.name).extend(item)
+        else:
+            setattr(message, f.name, item)
+
+
+def _fields_from_proto(message, cls, skip: Sequence[str] = ()) -> dict:
+    """The keyword arguments of ``cls`` read from the message fields of the same names; a field
+    the message leaves unset (optional or sub-message) keeps the dataclass default."""
+    by_name = message.DESCRIPTOR.fields_by_name
+    values = {}
+    for f in dataclasses.fields(cls):
+        if f.name in skip:
+            continue
+        descriptor = by_name[f.name]
+        if descriptor.has_presence and not message.HasField(f.name):
+            continue
+        item = getattr(message, f.name)
+        if f.name == "timing":
+            values[f.name] = timing_from_proto(item)
+        elif is_repeated(descriptor):
+            values[f.name] = tuple(item)
+        else:
+            values[f.name] = item
+    return values
+
+
+def spec_to_proto(spec: JobSpec) -> pb.JobSpec:
+    message = pb.JobSpec()
+    _fields_to_proto(spec, message)
+    return message
+
+
+def spec_from_proto(message: pb.JobSpec) -> JobSpec:
+    """Raises ``ValueError`` for timing out of bounds (the rest is checked by ``JobSpec.validate``)."""
+    return JobSpec(**_fields_from_proto(message, JobSpec))
+
+
+def status_to_proto(status: JobStatus) -> pb.JobStatus:
+    message = pb.JobStatus(spec=spec_to_proto(status.spec))
+    _fields_to_proto(status, message, skip=("spec", "best_config"))
+    if status.best_config is not None:
+        message.best_config_json = json.dumps(status.best_config, sort_keys=True)
+    return message
+
+
+def status_from_proto(message: pb.JobStatus) -> JobStatus:
+    values = _fields_from_proto(message, JobStatus, skip=("spec", "best_config"))
+    best = json.loads(message.best_config_json) if message.best_config_json else None
+    return JobStatus(spec=spec_from_proto(message.spec), best_config=best, **values)
+
+
+def fleet_to_proto(fleet: FleetView) -> pb.AgentList:
+    return pb.AgentList(
+        agents=[pb.AgentInfo(agent_id=a.agent_id, key=a.key, name=a.name,
+                             capabilities=capabilities_from_json(a.device_info, a.templates),
+                             last_heartbeat=a.seconds_since_heartbeat, registered_at=a.seconds_since_registered,
+                             parallel=a.parallel, leased=a.leased, peer=a.peer)
+                for a in fleet.agents],
+        keys=[pb.KeyInfo(**dataclasses.asdict(k)) for k in fleet.keys],
+    )
+
+
+def fleet_from_proto(message: pb.AgentList) -> FleetView:
+    return FleetView(
+        agents=tuple(AgentInfo(agent_id=a.agent_id, key=a.key, name=a.name,
+                               device_info=capabilities_to_json(a.capabilities),
+                               templates=tuple(a.capabilities.templates), parallel=a.parallel, leased=a.leased,
+                               peer=a.peer, seconds_since_heartbeat=a.last_heartbeat,
+                               seconds_since_registered=a.registered_at)
+                     for a in message.agents),
+        keys=tuple(KeyInfo(**_fields_from_proto(k, KeyInfo)) for k in message.keys),
+    )

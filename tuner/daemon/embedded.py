@@ -7,6 +7,7 @@ quick start exercises the real thing.
 from __future__ import annotations
 
 import threading
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -15,6 +16,8 @@ from measure_agent.agent import Agent
 from measure_agent.device import DeviceInfo
 from measure_agent.templates import load_catalog
 from tuner.daemon.daemon import Daemon
+
+REGISTRATION_WAIT_S = 120.0  # a first start may import numba and probe the GPU
 from tuner.log import TuningLog
 
 
@@ -37,6 +40,7 @@ def local_fleet(log: TuningLog, device_key: str, parallel: int = 1, catalog: str
     thread = threading.Thread(target=serve, name="tunefleet-local-agent", daemon=True)
     thread.start()
     try:
+        _wait_for_agent(daemon, device_key, thread)
         yield daemon
     finally:
         agent.stop()
@@ -44,3 +48,14 @@ def local_fleet(log: TuningLog, device_key: str, parallel: int = 1, catalog: str
         daemon.stop()
     if errors:
         raise errors[0]
+
+
+def _wait_for_agent(daemon: Daemon, device_key: str, thread: threading.Thread) -> None:
+    """Return once the local agent has registered (callers then see its device at once), or when
+    its thread ended (the error is raised on exit) or it took too long (the job waits for it)."""
+    deadline = time.monotonic() + REGISTRATION_WAIT_S
+    while thread.is_alive() and time.monotonic() < deadline:
+        generation = daemon.scheduler.generation
+        if daemon.scheduler.agent_count(device_key):
+            return
+        daemon.scheduler.wait_for_change(generation, 0.2)

@@ -43,7 +43,7 @@ def render_metrics(daemon: "Daemon") -> str:
     metric("agents", "gauge", "Live agents per device key.", [({"key": k}, sum(1 for a in agents if a.key == k)) for k in keys])
     metric("busy_agents", "gauge", "Agents holding leases, per device key.",
            [({"key": k}, sum(1 for a in agents if a.key == k and a.leases)) for k in keys])
-    all_keys = sorted(set(scheduler.device_keys()) | {j.request.device_key for j in jobs if not j.finished})
+    all_keys = sorted(set(scheduler.device_keys()) | {j.device_key for j in jobs if not j.finished})
     queued = [({"key": k}, scheduler.key_counts(k)[0]) for k in all_keys]
     metric("queued_candidates", "gauge", "Candidates waiting for an agent, per device key.", queued)
     metric("lease_expiries_total", "counter", "Leases taken back from agents presumed dead.",

@@ -25,8 +25,8 @@ class AgentState:
     agent_id: str
     key: str
     name: str
-    capabilities: object  # the registration's Capabilities message
-    device_info: dict
+    device_info: dict  # what the agent said it is (the log's device-info form)
+    templates: tuple[str, ...]  # the templates it has installed
     parallel: int
     peer: str
     registered_at: float
@@ -90,12 +90,12 @@ class Scheduler:
         self._recent_results: deque[float] = deque(maxlen=100_000)
 
     # -- agents -----------------------------------------------------------------------------
-    def register(self, key: str, name: str, capabilities: object, device_info: dict, parallel: int,
-                 peer: str = "") -> AgentState:
+    def register(self, key: str, name: str, device_info: dict, parallel: int = 1, peer: str = "",
+                 templates: tuple[str, ...] = ()) -> AgentState:
         with self._lock:
             now = self._clock()
             agent = AgentState(
-                agent_id=uuid.uuid4().hex, key=key, name=name, capabilities=capabilities, device_info=device_info,
+                agent_id=uuid.uuid4().hex, key=key, name=name, device_info=device_info, templates=tuple(templates),
                 parallel=max(1, parallel), peer=peer, registered_at=now, last_heartbeat=now,
             )
             self._agents[agent.agent_id] = agent

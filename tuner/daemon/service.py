@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import grpc
 
-from measure_agent.device import DeviceInfo
+from measure_agent.device import DeviceInfo, DeviceKeyError, check_device_key
 from measure_agent.protocol import PROTOCOL_VERSION
 from measure_agent.engine import MeasureInput, TimingConfig
 from measure_agent.protocol.convert import (
@@ -25,9 +25,10 @@ from measure_agent.protocol.v1 import fleet_pb2_grpc as pb_grpc
 from measure_agent.space import ConfigError
 from measure_agent.templates import TemplateCatalog, TemplateNotFound
 from measure_agent.workload import WorkloadError, parse_workload
-from measure_agent.workload.family import parse_family
-from tuner.daemon.jobs import DEVICE_KEY_RE, JobManager, JobSnapshot, validate_request
+from tuner.daemon.client import fleet_to_proto, spec_from_proto, status_to_proto
+from tuner.daemon.jobs import JobManager
 from tuner.daemon.scheduler import Scheduler
+from tuner.fleet.agents import AgentInfo, FleetView, KeyInfo
 from tuner.steering import SteeringError, parse_target
 
 logger = logging.getLogger("tunefleet.daemon")
@@ -54,16 +55,18 @@ class AgentService(pb_grpc.AgentServiceServicer):
                     f"agent templates version {theirs or '(none)'} differs from the daemon's {self.catalog.version}: "
                     "install the same tunefleet version on agent and daemon"
                 )
-            if not DEVICE_KEY_RE.match(request.key):
-                raise InvalidRequest(f"invalid device key {request.key!r}")
+            try:
+                check_device_key(request.key)
+            except DeviceKeyError as exc:
+                raise InvalidRequest(str(exc)) from None
             if not 1 <= request.parallel <= 1024:
                 raise InvalidRequest("parallel must be between 1 and 1024")
         except FleetError as exc:
             logger.warning("refused agent %r (key %r) from %s: %s", request.name, request.key, context.peer(), exc)
             abort(context, exc)
         agent = self.scheduler.register(
-            request.key, request.name or context.peer(), request.capabilities,
-            capabilities_to_json(request.capabilities), request.parallel, context.peer(),
+            request.key, request.name or context.peer(), capabilities_to_json(request.capabilities),
+            request.parallel, context.peer(), templates=tuple(request.capabilities.templates),
         )
         logger.info("agent %s (%s) joined key %s from %s", agent.name, agent.agent_id[:8], agent.key, agent.peer)
         return pb.RegisterReply(agent_id=agent.agent_id, heartbeat_interval_s=self.scheduler.heartbeat_interval_s,
@@ -119,32 +122,17 @@ class ClientService(pb_grpc.ClientServiceServicer):
 
     def SubmitJob(self, request: pb.JobSpec, context: grpc.ServicerContext) -> pb.JobStatus:
         try:
-            timing = timing_from_proto(request.timing) if request.HasField("timing") else None
-            job = validate_request(
-                request.workload, request.device_key, request.target, request.strategy or "xgb", request.trials,
-                request.seed, request.early_stopping, request.priority, timing, request.wait_timeout_s, self.catalog,
-                pins=tuple(request.pins), constraints=tuple(request.constraints),
-                transfer=not request.no_transfer, time_budget_s=request.time_budget_s,
-            )
+            status = self.manager.submit(spec_from_proto(request))
         except ValueError as exc:  # timing out of bounds
             abort(context, InvalidRequest(str(exc)))
         except FleetError as exc:
             abort(context, exc)
-        if request.family:
-            try:
-                family = parse_family(request.family)
-            except WorkloadError as exc:
-                abort(context, InvalidRequest(str(exc)))
-            if not family.contains(job.workload):
-                abort(context, InvalidRequest(f"{job.workload.key} is not in the range {family.key}"))
-            self.manager.log.record_family(family.key, family.op, family.dtype, [job.workload.key])
-        snapshot = self.manager.submit(job)
-        logger.info("job %d submitted: %s on key %s", snapshot.job_id, job.workload.key, job.device_key)
-        return job_status(snapshot)
+        logger.info("job %d submitted: %s on key %s", status.job_id, status.workload, status.device_key)
+        return status_to_proto(status)
 
     def GetJob(self, request: pb.JobRef, context: grpc.ServicerContext) -> pb.JobStatus:
         try:
-            return job_status(self.manager.get(request.job_id))
+            return status_to_proto(self.manager.get(request.job_id))
         except FleetError as exc:
             abort(context, exc)
 
@@ -153,15 +141,15 @@ class ClientService(pb_grpc.ClientServiceServicer):
             self.manager.get(request.job_id)
         except FleetError as exc:
             abort(context, exc)
-        for snapshot in self.manager.watch(request.job_id, is_active=context.is_active):
-            yield job_status(snapshot)
+        for status in self.manager.watch(request.job_id, is_active=context.is_active):
+            yield status_to_proto(status)
 
     def ListJobs(self, request: pb.ListJobsRequest, context: grpc.ServicerContext) -> pb.JobList:
-        return pb.JobList(jobs=[job_status(s) for s in self.manager.list()])
+        return pb.JobList(jobs=[status_to_proto(s) for s in self.manager.list()])
 
     def CancelJob(self, request: pb.JobRef, context: grpc.ServicerContext) -> pb.JobStatus:
         try:
-            return job_status(self.manager.cancel(request.job_id))
+            return status_to_proto(self.manager.cancel(request.job_id))
         except FleetError as exc:
             abort(context, exc)
 
@@ -172,25 +160,25 @@ class ClientService(pb_grpc.ClientServiceServicer):
         agents = self.scheduler.agents()
         now = self.scheduler.now()
         jobs = [s for s in self.manager.list() if not s.finished]
-        keys = sorted({a.key for a in agents} | {s.request.device_key for s in jobs})
+        keys = sorted({a.key for a in agents} | {s.device_key for s in jobs})
         key_infos = []
         for key in keys:
             queued, leased = self.scheduler.key_counts(key)
             of_key = [a for a in agents if a.key == key]
-            key_infos.append(pb.KeyInfo(
+            key_infos.append(KeyInfo(
                 key=key, agents=len(of_key), busy_agents=sum(1 for a in of_key if a.leases),
                 queued_candidates=queued, leased_candidates=leased,
-                jobs=sum(1 for s in jobs if s.request.device_key == key),
+                jobs=sum(1 for s in jobs if s.device_key == key),
             ))
-        return pb.AgentList(
-            agents=[
-                pb.AgentInfo(agent_id=a.agent_id, key=a.key, name=a.name, capabilities=a.capabilities,
-                             last_heartbeat=now - a.last_heartbeat, registered_at=now - a.registered_at,
-                             parallel=a.parallel, leased=len(a.leases), peer=a.peer)
-                for a in agents
-            ],
-            keys=key_infos,
+        fleet = FleetView(
+            agents=tuple(AgentInfo(agent_id=a.agent_id, key=a.key, name=a.name, device_info=a.device_info,
+                                   templates=a.templates, parallel=a.parallel, leased=len(a.leases), peer=a.peer,
+                                   seconds_since_heartbeat=now - a.last_heartbeat,
+                                   seconds_since_registered=now - a.registered_at)
+                         for a in agents),
+            keys=tuple(key_infos),
         )
+        return fleet_to_proto(fleet)
 
 
 MAX_CONFIGS_PER_MEASURE = 256
@@ -208,8 +196,7 @@ def _measure_configs(service: "ClientService", request: pb.MeasureRequest, conte
             raise InvalidRequest(f"give between 1 and {MAX_CONFIGS_PER_MEASURE} configs")
         configs = [space.from_json(text) for text in request.configs_json]
         timing = timing_from_proto(request.timing) if request.HasField("timing") else TimingConfig()
-        if not DEVICE_KEY_RE.match(request.device_key):
-            raise InvalidRequest(f"invalid device key {request.device_key!r}")
+        check_device_key(request.device_key)
     except (WorkloadError, TemplateNotFound, SteeringError, ConfigError, ValueError) as exc:
         abort(context, InvalidRequest(str(exc)))
     except FleetError as exc:
@@ -235,22 +222,3 @@ def _measure_configs(service: "ClientService", request: pb.MeasureRequest, conte
         measurements=[result_to_proto("", r) for r in batch.results],
         measured_by=[r.measured_by for r in batch.results],
     )
-
-
-def job_status(snapshot: JobSnapshot) -> pb.JobStatus:
-    request = snapshot.request
-    status = pb.JobStatus(
-        job_id=snapshot.job_id, state=snapshot.state, workload=request.workload.key, device_key=request.device_key,
-        target=request.target, strategy=request.strategy, priority=request.priority, done=snapshot.done,
-        total=request.trials, measured_now=snapshot.measured_now, errors=snapshot.errors,
-        best_config_json=json.dumps(snapshot.best_config, sort_keys=True) if snapshot.best_config else "",
-        default_status=snapshot.default_status, stopped_early=snapshot.stopped_early,
-        queued_candidates=snapshot.queued, leased_candidates=snapshot.leased, message=snapshot.message,
-        created_at=snapshot.created_at, flops=float(request.workload.flops),
-    )
-    if snapshot.best_mean_s is not None:
-        status.best_mean_s = snapshot.best_mean_s
-    if snapshot.default_mean_s is not None:
-        status.default_mean_s = snapshot.default_mean_s
-    return status
-

@@ -41,13 +41,13 @@ seconds (or None) or a :class:`TuneOutcome`; :class:`FleetTaskTuner` is the one 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Callable, Protocol, Sequence
 
 from tuner.graph.tasks import Task
 
 if TYPE_CHECKING:
-    from measure_agent.engine import TimingConfig
+    from tuner.fleet import JobSpec, JobStatus
 
 
 @dataclass(frozen=True)
@@ -260,22 +260,15 @@ class TaskScheduler:
 class FleetTaskTuner:
     """``tune(task, trials)`` as a fleet job: submit with ``trials`` (resume semantics), follow it to its end.
 
-    A request the daemon refuses (no template for the operator on the target, ...) or a job that fails
-    ends the task with that message as its error; losing the daemon raises the client's ``FleetError``.
-    Interrupting (KeyboardInterrupt) cancels the running job.
+    Every job is ``spec`` (device key, target, strategy, seed, timing, ...) with the task's workload
+    and the round's ``trials``. A request the daemon refuses (no template for the operator on the
+    target, ...) or a job that fails ends the task with that message as its error; losing the
+    daemon raises the client's ``FleetError``. Interrupting (KeyboardInterrupt) cancels the running job.
     """
 
-    def __init__(self, client, device_key: str, *, target: str = "cpu", strategy: str = "xgb", seed: int = 0,
-                 priority: int = 0, timing: "TimingConfig | None" = None, wait_timeout_s: float = 0.0,
-                 on_status: Callable[[object], None] | None = None) -> None:
+    def __init__(self, client, spec: "JobSpec", on_status: "Callable[[JobStatus], None] | None" = None) -> None:
         self.client = client
-        self.device_key = device_key
-        self.target = target
-        self.strategy = strategy
-        self.seed = seed
-        self.priority = priority
-        self.timing = timing
-        self.wait_timeout_s = wait_timeout_s
+        self.spec = spec
         self.on_status = on_status or (lambda status: None)
         self.jobs: list[int] = []
 
@@ -283,10 +276,7 @@ class FleetTaskTuner:
         from measure_agent.protocol.errors import InvalidRequest
 
         try:
-            status = self.client.submit(task.workload.key, self.device_key, target=self.target,
-                                        strategy=self.strategy, trials=trials, seed=self.seed,
-                                        priority=self.priority, timing=self.timing,
-                                        wait_timeout_s=self.wait_timeout_s)
+            status = self.client.submit(replace(self.spec, workload=task.workload.key, trials=trials))
         except InvalidRequest as exc:
             return TuneOutcome(best_s=None, error=str(exc))
         self.jobs.append(status.job_id)
@@ -300,13 +290,11 @@ class FleetTaskTuner:
         return outcome_of(final, trials)
 
 
-def outcome_of(status, trials: int) -> TuneOutcome:
-    """A finished job's :class:`TuneOutcome` (``status`` is a ``JobStatus`` message)."""
-    best = status.best_mean_s if status.HasField("best_mean_s") else None
-    default = status.default_mean_s if status.HasField("default_mean_s") else None
+def outcome_of(status: "JobStatus", trials: int) -> TuneOutcome:
+    """A finished job's :class:`TuneOutcome`."""
     if status.state != "done":
         reason = status.message or "no reason given"
-        return TuneOutcome(best_s=best, trials=status.done, default_s=default,
+        return TuneOutcome(best_s=status.best_mean_s, trials=status.done, default_s=status.default_mean_s,
                            error=f"job {status.job_id} {status.state}: {reason}")
-    return TuneOutcome(best_s=best, trials=status.done, default_s=default,
+    return TuneOutcome(best_s=status.best_mean_s, trials=status.done, default_s=status.default_mean_s,
                        exhausted=status.done < trials and not status.stopped_early)

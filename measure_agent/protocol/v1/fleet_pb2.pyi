@@ -168,7 +168,7 @@ class LeaveReply(_message.Message):
     def __init__(self) -> None: ...
 
 class JobSpec(_message.Message):
-    __slots__ = ("workload", "target", "device_key", "strategy", "trials", "seed", "early_stopping", "priority", "timing", "wait_timeout_s", "pins", "constraints", "family", "no_transfer", "time_budget_s")
+    __slots__ = ("workload", "target", "device_key", "strategy", "trials", "seed", "early_stopping", "priority", "timing", "wait_timeout_s", "pins", "constraints", "family", "time_budget_s", "transfer")
     WORKLOAD_FIELD_NUMBER: _ClassVar[int]
     TARGET_FIELD_NUMBER: _ClassVar[int]
     DEVICE_KEY_FIELD_NUMBER: _ClassVar[int]
@@ -182,8 +182,8 @@ class JobSpec(_message.Message):
     PINS_FIELD_NUMBER: _ClassVar[int]
     CONSTRAINTS_FIELD_NUMBER: _ClassVar[int]
     FAMILY_FIELD_NUMBER: _ClassVar[int]
-    NO_TRANSFER_FIELD_NUMBER: _ClassVar[int]
     TIME_BUDGET_S_FIELD_NUMBER: _ClassVar[int]
+    TRANSFER_FIELD_NUMBER: _ClassVar[int]
     workload: str
     target: str
     device_key: str
@@ -197,9 +197,9 @@ class JobSpec(_message.Message):
     pins: _containers.RepeatedScalarFieldContainer[str]
     constraints: _containers.RepeatedScalarFieldContainer[str]
     family: str
-    no_transfer: bool
     time_budget_s: float
-    def __init__(self, workload: _Optional[str] = ..., target: _Optional[str] = ..., device_key: _Optional[str] = ..., strategy: _Optional[str] = ..., trials: _Optional[int] = ..., seed: _Optional[int] = ..., early_stopping: _Optional[int] = ..., priority: _Optional[int] = ..., timing: _Optional[_Union[Timing, _Mapping]] = ..., wait_timeout_s: _Optional[float] = ..., pins: _Optional[_Iterable[str]] = ..., constraints: _Optional[_Iterable[str]] = ..., family: _Optional[str] = ..., no_transfer: bool = ..., time_budget_s: _Optional[float] = ...) -> None: ...
+    transfer: bool
+    def __init__(self, workload: _Optional[str] = ..., target: _Optional[str] = ..., device_key: _Optional[str] = ..., strategy: _Optional[str] = ..., trials: _Optional[int] = ..., seed: _Optional[int] = ..., early_stopping: _Optional[int] = ..., priority: _Optional[int] = ..., timing: _Optional[_Union[Timing, _Mapping]] = ..., wait_timeout_s: _Optional[float] = ..., pins: _Optional[_Iterable[str]] = ..., constraints: _Optional[_Iterable[str]] = ..., family: _Optional[str] = ..., time_budget_s: _Optional[float] = ..., transfer: bool = ...) -> None: ...
 
 class JobRef(_message.Message):
     __slots__ = ("job_id",)
@@ -208,16 +208,11 @@ class JobRef(_message.Message):
     def __init__(self, job_id: _Optional[int] = ...) -> None: ...
 
 class JobStatus(_message.Message):
-    __slots__ = ("job_id", "state", "workload", "device_key", "target", "strategy", "priority", "done", "total", "measured_now", "errors", "best_mean_s", "best_config_json", "default_mean_s", "default_status", "stopped_early", "queued_candidates", "leased_candidates", "message", "created_at", "flops")
+    __slots__ = ("job_id", "state", "spec", "done", "measured_now", "errors", "best_mean_s", "best_config_json", "default_mean_s", "default_status", "stopped_early", "queued_candidates", "leased_candidates", "message", "created_at", "flops")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
-    WORKLOAD_FIELD_NUMBER: _ClassVar[int]
-    DEVICE_KEY_FIELD_NUMBER: _ClassVar[int]
-    TARGET_FIELD_NUMBER: _ClassVar[int]
-    STRATEGY_FIELD_NUMBER: _ClassVar[int]
-    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    SPEC_FIELD_NUMBER: _ClassVar[int]
     DONE_FIELD_NUMBER: _ClassVar[int]
-    TOTAL_FIELD_NUMBER: _ClassVar[int]
     MEASURED_NOW_FIELD_NUMBER: _ClassVar[int]
     ERRORS_FIELD_NUMBER: _ClassVar[int]
     BEST_MEAN_S_FIELD_NUMBER: _ClassVar[int]
@@ -232,13 +227,8 @@ class JobStatus(_message.Message):
     FLOPS_FIELD_NUMBER: _ClassVar[int]
     job_id: int
     state: str
-    workload: str
-    device_key: str
-    target: str
-    strategy: str
-    priority: int
+    spec: JobSpec
     done: int
-    total: int
     measured_now: int
     errors: int
     best_mean_s: float
@@ -251,7 +241,7 @@ class JobStatus(_message.Message):
     message: str
     created_at: float
     flops: float
-    def __init__(self, job_id: _Optional[int] = ..., state: _Optional[str] = ..., workload: _Optional[str] = ..., device_key: _Optional[str] = ..., target: _Optional[str] = ..., strategy: _Optional[str] = ..., priority: _Optional[int] = ..., done: _Optional[int] = ..., total: _Optional[int] = ..., measured_now: _Optional[int] = ..., errors: _Optional[int] = ..., best_mean_s: _Optional[float] = ..., best_config_json: _Optional[str] = ..., default_mean_s: _Optional[float] = ..., default_status: _Optional[str] = ..., stopped_early: bool = ..., queued_candidates: _Optional[int] = ..., leased_candidates: _Optional[int] = ..., message: _Optional[str] = ..., created_at: _Optional[float] = ..., flops: _Optional[float] = ...) -> None: ...
+    def __init__(self, job_id: _Optional[int] = ..., state: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., done: _Optional[int] = ..., measured_now: _Optional[int] = ..., errors: _Optional[int] = ..., best_mean_s: _Optional[float] = ..., best_config_json: _Optional[str] = ..., default_mean_s: _Optional[float] = ..., default_status: _Optional[str] = ..., stopped_early: bool = ..., queued_candidates: _Optional[int] = ..., leased_candidates: _Optional[int] = ..., message: _Optional[str] = ..., created_at: _Optional[float] = ..., flops: _Optional[float] = ...) -> None: ...
 
 class ListJobsRequest(_message.Message):
     __slots__ = ()

@@ -1,0 +1,242 @@
+"""A tuning job as every client states it (:class:`JobSpec`) and sees it (:class:`JobStatus`).
+
+One typed object holds every field of a job, validated in one place (:meth:`JobSpec.validate`).
+The command line, ``tune-model`` and the local path build a ``JobSpec``; the daemon's client sends
+it, the daemon's service reads it back, the job manager stores it with the job in the log (so a
+restarted daemon resumes it) and runs it as the loop's :class:`~tuner.job.TuneOptions`. Protobuf
+messages exist only at the daemon's edge (``tuner/daemon/service.py`` and ``client.py``), which
+convert field by field by name: a new field is added here and in the proto, nowhere else.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import TYPE_CHECKING, Any, Mapping
+
+from measure_agent.arguments import INT32_MAX, INT64_MAX
+from measure_agent.device import DeviceKeyError, check_device_key
+from measure_agent.engine import TimingConfig
+from measure_agent.workload import Workload, WorkloadError, parse_workload
+
+if TYPE_CHECKING:
+    from measure_agent.templates import TemplateCatalog
+    from tuner.steering import TargetSpec
+
+MAX_TRIALS = 1_000_000
+MAX_PRIORITY = 1000
+FINAL_STATES = ("done", "failed", "cancelled", "interrupted")
+
+
+class JobSpecError(ValueError):
+    """A job field that does not fit (one-line message naming the field)."""
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """Everything a tuning job is; immutable. Build one, then :meth:`validate` it.
+
+    ``trials`` is how many distinct configs the log should hold for (workload, device key, target)
+    when the job ends, so submitting the same spec again resumes instead of measuring anew.
+    """
+
+    workload: str  # "matmul(M=512,N=512,K=512)" or a compact name; canonical after validate()
+    device_key: str  # whose agents measure the job
+    target: str = "cpu"  # cpu, cuda, or a TVM-style string: "cuda -arch=sm_72", "llvm -mattr=+avx2"
+    strategy: str = "xgb"
+    trials: int = 64
+    seed: int = 0
+    early_stopping: int | None = None  # stop after this many trials without improvement
+    priority: int = 0  # jobs of one device key: higher first, equal ones take turns
+    timing: TimingConfig = field(default_factory=TimingConfig)
+    wait_timeout_s: float = 0.0  # fail when no agent of the key is present this long (0: wait)
+    pins: tuple[str, ...] = ()  # "KNOB=VALUE", VALUE as JSON or a bare word
+    constraints: tuple[str, ...] = ()  # expressions over knob names every measured config satisfies
+    family: str = ""  # the shape range ("matmul(M=1..512,...)") this workload represents, if any
+    transfer: bool = True  # start from the log's records of other shapes and devices
+    time_budget_s: float | None = None  # propose nothing new after this much wall time of one run
+
+    # -- derived views (no state of their own) -----------------------------------------------
+    @property
+    def parsed_workload(self) -> Workload:
+        return parse_workload(self.workload)
+
+    @property
+    def target_spec(self) -> "TargetSpec":
+        from tuner.steering import parse_target
+
+        return parse_target(self.target)
+
+    @property
+    def pin_pairs(self) -> tuple[tuple[str, str], ...]:
+        from tuner.steering import parse_pin
+
+        return tuple(parse_pin(p) for p in self.pins)
+
+    # -- validation ---------------------------------------------------------------------------
+    def validate(self, catalog: "TemplateCatalog | None" = None) -> "JobSpec":
+        """This spec with the workload and target in canonical form; raises :class:`JobSpecError`.
+
+        With ``catalog`` (the daemon's templates) it also checks that a template serves the
+        operator on the target and that pins and constraints fit its space, so a bad job fails
+        when submitted rather than when an agent first measures it.
+        """
+        from tuner.search import STRATEGIES
+        from tuner.steering import SteeringError, parse_target, steer_space
+
+        try:
+            workload = parse_workload(self.workload)
+            target = parse_target(self.target or "cpu")
+            pairs = self.pin_pairs
+        except (WorkloadError, SteeringError) as exc:
+            raise JobSpecError(str(exc)) from None
+        try:
+            check_device_key(self.device_key)
+        except DeviceKeyError as exc:
+            raise JobSpecError(str(exc)) from None
+        if self.strategy not in STRATEGIES:
+            raise JobSpecError(f"unknown strategy {self.strategy!r}; choose from {', '.join(STRATEGIES)}")
+        _check_int("trials", self.trials, 1, MAX_TRIALS)
+        _check_int("seed", self.seed, 0, INT64_MAX)
+        if self.early_stopping is not None:
+            _check_int("early stopping", self.early_stopping, 1, INT32_MAX)
+        _check_int("priority", self.priority, -MAX_PRIORITY, MAX_PRIORITY)
+        _check_seconds("wait timeout", self.wait_timeout_s, allow_zero=True)
+        if self.time_budget_s is not None:
+            _check_seconds("time budget", self.time_budget_s, allow_zero=False)
+        if not isinstance(self.timing, TimingConfig):
+            raise JobSpecError("timing must be a TimingConfig")
+        _check_timing(self.timing)
+        if not isinstance(self.transfer, bool):
+            raise JobSpecError("transfer must be true or false")
+        family = _checked_family(self.family, workload) if self.family else ""
+        if catalog is not None:
+            from measure_agent.templates import TemplateNotFound
+
+            try:
+                catalog.get(workload.op, target.family)
+                steer_space(catalog.space(workload, target.family), pairs, self.constraints)
+            except (TemplateNotFound, SteeringError) as exc:
+                raise JobSpecError(str(exc)) from None
+        return replace(self, workload=workload.key, target=target.text, pins=tuple(self.pins),
+                       constraints=tuple(self.constraints), family=family)
+
+    # -- the form stored with a job in the log ------------------------------------------------
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["pins"], data["constraints"] = list(self.pins), list(self.constraints)
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "JobSpec":
+        """Inverse of :meth:`to_json`. Fields a record lacks take their defaults (a job stored by an
+        earlier version resumes); unknown keys are ignored. Raises ``TypeError``/``ValueError``."""
+        known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in data.items() if k in known}
+        if isinstance(values.get("timing"), Mapping):
+            values["timing"] = TimingConfig(**values["timing"])
+        for name in ("pins", "constraints"):
+            if name in values:
+                values[name] = tuple(str(item) for item in values[name])
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """A job at one moment, as clients see it (immutable; the daemon sends a new one per change)."""
+
+    job_id: int
+    state: str  # queued, running, done, failed, cancelled, interrupted
+    spec: JobSpec
+    done: int = 0  # distinct configs in the log for the job's workload, device key and target
+    measured_now: int = 0  # measured by this job
+    errors: int = 0  # failed measurements of this job
+    best_mean_s: float | None = None
+    best_config: dict | None = None
+    default_mean_s: float | None = None
+    default_status: str = ""  # the default config's status when it did not run ok
+    stopped_early: bool = False
+    queued_candidates: int = 0
+    leased_candidates: int = 0
+    message: str = ""
+    created_at: float = 0.0
+    flops: float = 0.0  # of one call of the workload
+
+    @property
+    def workload(self) -> str:
+        return self.spec.workload
+
+    @property
+    def device_key(self) -> str:
+        return self.spec.device_key
+
+    @property
+    def target(self) -> str:
+        return self.spec.target
+
+    @property
+    def strategy(self) -> str:
+        return self.spec.strategy
+
+    @property
+    def priority(self) -> int:
+        return self.spec.priority
+
+    @property
+    def total(self) -> int:
+        return self.spec.trials
+
+    @property
+    def finished(self) -> bool:
+        return self.state in FINAL_STATES
+
+    def gflops(self, seconds: float | None) -> float | None:
+        """The workload's rate at ``seconds`` per call."""
+        return self.flops / seconds / 1e9 if seconds else None
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON form of ``tuner status --json`` and ``tuner jobs --json``."""
+        return {
+            "job_id": self.job_id, "state": self.state, "workload": self.workload, "device_key": self.device_key,
+            "target": self.target, "strategy": self.strategy, "priority": self.priority, "done": self.done,
+            "total": self.total, "measured_now": self.measured_now, "errors": self.errors,
+            "best_mean_s": self.best_mean_s, "best_config": self.best_config,
+            "queued_candidates": self.queued_candidates, "leased_candidates": self.leased_candidates,
+            "message": self.message,
+        }
+
+
+# -- checks -----------------------------------------------------------------------------------------
+def _check_int(name: str, value: Any, low: int, high: int) -> None:
+    if type(value) is not int or not low <= value <= high:
+        raise JobSpecError(f"{name} must be an integer from {low} to {high}, not {value!r}")
+
+
+def _check_seconds(name: str, value: Any, *, allow_zero: bool) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise JobSpecError(f"{name} must be a finite number of seconds, not {value!r}")
+    if value < 0:
+        raise JobSpecError(f"{name} must not be negative, not {value!r}")
+    if value == 0 and not allow_zero:
+        raise JobSpecError(f"{name} must be more than 0 seconds")
+
+
+def _check_timing(timing: TimingConfig) -> None:
+    for name in ("number", "repeat", "warmup"):
+        _check_int(f"timing {name}", getattr(timing, name), 0 if name == "warmup" else 1, INT32_MAX)
+    _check_seconds("timing min_repeat_ms", timing.min_repeat_ms, allow_zero=True)
+    _check_seconds("build timeout", timing.build_timeout_s, allow_zero=False)
+    _check_seconds("run timeout", timing.run_timeout_s, allow_zero=False)
+
+
+def _checked_family(text: str, workload: Workload) -> str:
+    """The canonical key of the range ``text``, which must contain ``workload``."""
+    from measure_agent.workload.family import parse_family
+
+    try:
+        family = parse_family(text)
+    except WorkloadError as exc:
+        raise JobSpecError(str(exc)) from None
+    if not family.contains(workload):
+        raise JobSpecError(f"{workload.key} is not in the range {family.key}")
+    return family.key
