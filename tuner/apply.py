@@ -13,10 +13,13 @@ Where the config comes from, in order:
 
 1. the best ok trial of exactly this workload on the device (``device_key``, default this host's
    key; a glob such as ``x86_64-*`` ranks the matching devices together) and target;
-2. else, with ``nearest`` (default), the best config of the nearest tuned shape of the same
-   operator and dtype that is valid for this shape (see :mod:`tuner.log.lookup`), with a
-   :class:`NotTunedWarning`;
-3. else the template's default config, with a :class:`NotTunedWarning`.
+2. else, for a shape inside a tuned shape range, the config of the range's nearest representative;
+   else, with ``nearest`` (default), the best config of the nearest tuned shape of the same
+   operator and dtype that is valid for this shape; either with a :class:`NotTunedWarning`;
+3. else the template's default config, with a :class:`NotTunedWarning` saying why.
+
+Steps 1 and 2 are :func:`tuner.log.resolve_best_config`, which ``tuner best`` and
+``tuner show-kernel --best`` ask too, so all three give the same answer.
 
 ``db`` is a database URL, a SQLite file, a best-configs file (``tuner log export --best-only``:
 what an application ships instead of a database), or an open ``TuningLog`` / ``BestConfigs``;
@@ -43,14 +46,18 @@ import os
 import sys
 import threading
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 import numpy as np
 
 from measure_agent.engine.build import NUMBA_ENVIRONMENT, codegen_environment, default_kernel_cache_dir, source_digest
 from measure_agent.templates import KernelSource, default_catalog
 from measure_agent.workload import Workload, parse_workload
+
+if TYPE_CHECKING:
+    from tuner.log import BestConfig, BestSource
 
 KINDS = ("tuned", "approximate", "default")
 
@@ -168,27 +175,27 @@ def best_kernel(
     if device_key is None:
         device_key = this_host.default_key
 
-    match, where, tuned_on = _lookup(workload, device_key, db, target, nearest)
-    if match is None:
+    best = _best_config(workload, device_key, db, target, nearest)
+    if not best.found:
         config = template.default_config(workload, template.space(workload, this_host))
-        warnings.warn(f"tuner.best_kernel: no tuned config for {workload.key} on {device_key} ({where}); "
+        warnings.warn(f"tuner.best_kernel: no tuned config for {workload.key} on {device_key} ({best.why}); "
                       "using the template's default config", NotTunedWarning, stacklevel=2)
         kind, tuned_workload, matched_device, mean_s = "default", None, None, None
     else:
-        # the config was checked against the space of the device that measured it
-        config = template.space(workload, tuned_on).from_json(match.config)
-        kind = "approximate" if match.approximate else "tuned"
-        tuned_workload, matched_device, mean_s = match.tuned_workload, match.device_key, match.mean_s
-        if match.approximate:
-            warnings.warn(f"tuner.best_kernel: no tuned config for {workload.key} on {device_key}; using the "
-                          f"config tuned for {match.tuned_workload} on {match.device_key} (nearest tuned shape, "
-                          f"log-distance {match.distance:.2f})", NotTunedWarning, stacklevel=2)
+        # checked by the resolver against the space of the device that measured it
+        config = default_catalog().space(workload, target, best.tuned_on).from_json(best.config)
+        kind = "approximate" if best.approximate else "tuned"  # a family's config is approximate too
+        record = best.record
+        tuned_workload, matched_device, mean_s = record.workload_key, record.device_key, record.mean_s
+        if best.approximate:
+            warnings.warn(f"tuner.best_kernel: {best.why}", NotTunedWarning, stacklevel=2)
 
     source = template.render(workload, config)
     directory = Path(cache_dir) if cache_dir is not None else default_kernel_cache_dir()
     kernel = _compiled(workload, source, directory)
-    return TunedKernel(workload, target, config.to_json(), kind, kernel, source, _input_shapes(workload),
-                       tuned_workload=tuned_workload, device_key=matched_device, mean_s=mean_s,
+    return TunedKernel(workload, target, config.to_json(), kind, kernel, source,
+                       workload.spec.input_shapes(workload.params), tuned_workload=tuned_workload,
+                       device_key=matched_device, mean_s=mean_s,
                        numba_environment_applied=env_applied)
 
 
@@ -202,66 +209,51 @@ def _apply_numba_environment() -> bool:
     return fresh
 
 
-def _lookup(workload: Workload, device_key: str, db: Any, target: str, nearest: bool):
-    """(best match or None, description of the source for messages, recorded DeviceInfo of the
-    match's device or None)."""
-    from tuner.log import BestConfigs, TuningLog, TuningLogError, find_best
-    from tuner.log.lookup import recorded_device
+def _best_config(workload: Workload, device_key: str, db: Any, target: str, nearest: bool) -> BestConfig:
+    from tuner.log import BestConfig, resolve_best_config
+
+    if db is None:
+        missing = _missing_default_log()
+        if missing is not None:  # nothing tuned yet: fall back without creating the log
+            return BestConfig(workload, target, device_key, (device_key,), why=f"no tuning log at {missing}")
+    with _open_source(db) as source:
+        return resolve_best_config(source, workload, device_key, target, nearest=nearest, catalog=default_catalog())
+
+
+def _missing_default_log() -> Path | None:
+    """The default SQLite log's path when it does not exist (``None``: it exists, or is a server)."""
+    from tuner.settings import resolve_db_url
+
+    path = _sqlite_file(resolve_db_url(None, create_directory=False))
+    return path if path is not None and not path.exists() else None
+
+
+@contextmanager
+def _open_source(db: Any) -> Iterator[BestSource]:
+    """The log or best-configs file ``db`` names (default: the configured log), open for the block."""
+    from tuner.log import BestConfigs, TuningLog, TuningLogError
     from tuner.log.bestfile import load_best_file, looks_like_best_file
     from tuner.settings import resolve_db_url
 
-    opened = None
     if isinstance(db, (TuningLog, BestConfigs)):
-        source = db
-    elif db is None:
+        yield db  # the caller's: left open
+        return
+    if db is None:
         url = resolve_db_url(None, create_directory=False)
-        path = _sqlite_file(url)
-        if path is not None and not path.exists():
-            return None, f"no tuning log at {path}", None
-        source = opened = TuningLog(url, create=False)
     elif not isinstance(db, (str, os.PathLike)):
         raise TypeError(f"db must be a database URL, a file path, a TuningLog or BestConfigs, not {type(db).__name__}")
+    elif "://" in os.fspath(db):
+        url = os.fspath(db)
     else:
-        text = os.fspath(db)
-        if "://" in text:
-            source = opened = TuningLog(text, create=False)
-        else:
-            path = Path(text).expanduser()
-            if not path.is_file():
-                raise TuningLogError(f"no tuning log or best-configs file at {path}")
-            if looks_like_best_file(path):
-                source = load_best_file(path)
-            else:
-                source = opened = TuningLog("sqlite:///" + str(path.absolute()), create=False)
-    name = getattr(source, "name", None) or getattr(source, "url", "")
-    where = f"nothing tuned in {name}"
-    try:
-        keys = source.resolve_device_keys(device_key)
-        matches = find_best(source, workload, keys, target, 1, nearest=nearest, validate=True)
-        tuned_on = recorded_device(source, matches[0].device_key) if matches else None
-        if not matches or matches[0].approximate:
-            rejected = _rejected_exact(source, workload, keys, target)
-            if rejected:
-                where = f"{name} has one, rejected: {rejected}"
-    finally:
-        if opened is not None:
-            opened.close()
-    return (matches[0] if matches else None), where, tuned_on
-
-
-def _rejected_exact(source: Any, workload: Workload, keys: Sequence[str], target: str) -> str | None:
-    """Why the best recorded config for exactly ``workload`` is not usable (None if there is none),
-    so a warning can say so instead of "nothing tuned"."""
-    from measure_agent.space import ConfigError
-    from tuner.log.lookup import recorded_device
-
-    for record in source.best(workload.key, keys, target, top=1):
-        try:
-            template = default_catalog().get(workload.op, target)
-            template.space(workload, recorded_device(source, record.device_key)).from_json(record.config)
-        except ConfigError as exc:
-            return f"its config {record.config} for {record.device_key} is not valid for the installed template ({exc})"
-    return None
+        path = Path(os.fspath(db)).expanduser()
+        if not path.is_file():
+            raise TuningLogError(f"no tuning log or best-configs file at {path}")
+        if looks_like_best_file(path):
+            yield load_best_file(path)
+            return
+        url = "sqlite:///" + str(path.absolute())
+    with TuningLog(url, create=False) as log:
+        yield log
 
 
 def _sqlite_file(url: str) -> Path | None:
@@ -278,57 +270,13 @@ def _compiled(workload: Workload, source: KernelSource, cache_dir: Path) -> Call
         kernel = _COMPILED.get(key)
         if kernel is None:
             kernel = load_kernel(source, cache_dir)
-            spec = workload.spec
-            tiny_inputs = tuple(np.zeros((1,) * len(shape), dtype=workload.dtype) for shape in _input_shapes(workload))
-            tiny_out = np.zeros((1,) * len(spec.output_shape(workload.params)), dtype=workload.dtype)
+            # numba compiles for the arrays' types (dtype, rank), not their sizes: 1-element arrays will do
+            spec, params = workload.spec, workload.params
+            tiny_inputs = tuple(np.zeros((1,) * len(shape), dtype=workload.dtype) for shape in spec.input_shapes(params))
+            tiny_out = np.zeros((1,) * len(spec.output_shape(params)), dtype=workload.dtype)
             compile_kernel(kernel, (*tiny_inputs, tiny_out, *source.runtime_args))
             _COMPILED[key] = kernel
     return kernel
-
-
-class _Shape:
-    """Stands in for an array in :func:`_input_shapes`: has a shape, survives ``astype``."""
-
-    def __init__(self, shape: Any) -> None:
-        self.shape = tuple(int(s) for s in (shape if isinstance(shape, (tuple, list)) else (shape,)))
-
-    def astype(self, *args: Any, **kwargs: Any) -> "_Shape":
-        return self
-
-
-class _ShapeRng:
-    """A random generator whose draws are only shapes (``rng.uniform(..., size=(M, K))``)."""
-
-    def __getattr__(self, name: str):
-        def draw(*args: Any, size: Any = None, **kwargs: Any) -> _Shape:
-            if size is None:
-                raise TypeError("not a sized draw")
-            return _Shape(size)
-
-        return draw
-
-
-_SHAPES: dict[str, tuple[tuple[int, ...], ...]] = {}
-
-
-def _input_shapes(workload: Workload) -> tuple[tuple[int, ...], ...]:
-    """Shapes of the operator's inputs for this workload.
-
-    Asks the operator's ``make_inputs`` with a generator that returns shapes instead of data (no
-    memory touched); an operator that builds inputs otherwise gets real arrays made once.
-    """
-    if workload.key not in _SHAPES:
-        spec = workload.spec
-        try:
-            made = spec.make_inputs(workload.params, np.dtype(workload.dtype), _ShapeRng())
-            shapes = tuple(item.shape for item in made)
-            if not all(isinstance(item, _Shape) for item in made):
-                raise TypeError("not shapes")
-        except Exception:  # noqa: BLE001 - fall back to the real thing
-            made = spec.make_inputs(workload.params, np.dtype(workload.dtype), np.random.default_rng(0))
-            shapes = tuple(np.shape(item) for item in made)
-        _SHAPES[workload.key] = shapes
-    return _SHAPES[workload.key]
 
 
 __all__ = ["KINDS", "NotTunedWarning", "TunedKernel", "best_kernel"]

@@ -33,8 +33,10 @@ class Param:
 class OperatorSpec:
     """What an operator is, independent of any schedule.
 
-    ``make_inputs(params, dtype, rng)`` returns the input arrays in call order,
-    ``reference(params, *inputs)`` the expected output and ``output_shape(params)`` its shape.
+    ``input_shapes(params)`` gives the shapes of the input arrays in call order and
+    ``make_inputs(params, dtype, rng)`` random arrays of those shapes; ``reference(params, *inputs)``
+    is the expected output and ``output_shape(params)`` its shape. Whatever only sizes arrays
+    (bounds checks, ``tuner.best_kernel``'s argument checks) asks the shapes, never the data.
     ``axis_pairs`` maps a short name to two per-axis parameters (``stride`` -> ``stride_h``,
     ``stride_w``): the short name sets both, and the canonical key uses it when both are equal.
     """
@@ -42,7 +44,7 @@ class OperatorSpec:
     name: str
     params: tuple[Param, ...]
     flops: Callable[[dict[str, int]], int]
-    make_inputs: Callable[[dict[str, int], np.dtype, np.random.Generator], tuple[np.ndarray, ...]]
+    input_shapes: Callable[[dict[str, int]], tuple[tuple[int, ...], ...]]
     reference: Callable[..., np.ndarray]
     output_shape: Callable[[dict[str, int]], tuple[int, ...]]
     reduction_length: Callable[[dict[str, int]], int]
@@ -65,22 +67,13 @@ class OperatorSpec:
         shown += [f"[{short}=INT]" for short, _ in self.axis_pairs]
         return f"{self.name}({','.join(shown)}[,dtype=float32|float64])"
 
+    def make_inputs(self, p: dict[str, int], dtype: np.dtype, rng: np.random.Generator) -> tuple[np.ndarray, ...]:
+        """Random inputs in call order: an array of each of :attr:`input_shapes`, uniform in [-1, 1]."""
+        return tuple(rng.uniform(-1.0, 1.0, size=shape).astype(dtype, copy=False) for shape in self.input_shapes(p))
+
     def array_shapes(self, p: dict[str, int]) -> list[tuple[int, ...]]:
         """Shapes of the inputs and the output, for bounds checks (no allocation)."""
-        rng = _ShapeOnly()
-        shapes = [x.shape for x in self.make_inputs(p, np.dtype("float32"), rng)]  # type: ignore[arg-type]
-        return shapes + [self.output_shape(p)]
-
-
-class _ShapeOnly:
-    """Stands in for a random generator when only the shapes of the inputs are wanted."""
-
-    def uniform(self, low, high, size):
-        return np.broadcast_to(np.float32(0), size)
-
-
-def _uniform(rng, shape, dtype):
-    return rng.uniform(-1.0, 1.0, size=shape).astype(dtype, copy=False)
+        return [*self.input_shapes(p), self.output_shape(p)]
 
 
 # -- matmul family -------------------------------------------------------------------------------
@@ -88,7 +81,7 @@ MATMUL = OperatorSpec(
     name="matmul",
     params=(Param("M"), Param("N"), Param("K")),
     flops=lambda p: 2 * p["M"] * p["N"] * p["K"],
-    make_inputs=lambda p, dt, rng: (_uniform(rng, (p["M"], p["K"]), dt), _uniform(rng, (p["K"], p["N"]), dt)),
+    input_shapes=lambda p: ((p["M"], p["K"]), (p["K"], p["N"])),
     reference=lambda p, a, b: a @ b,
     output_shape=lambda p: (p["M"], p["N"]),
     reduction_length=lambda p: p["K"],
@@ -98,7 +91,7 @@ DENSE = OperatorSpec(
     name="dense",
     params=(Param("M"), Param("N"), Param("K")),
     flops=lambda p: 2 * p["M"] * p["N"] * p["K"],
-    make_inputs=lambda p, dt, rng: (_uniform(rng, (p["M"], p["K"]), dt), _uniform(rng, (p["N"], p["K"]), dt)),
+    input_shapes=lambda p: ((p["M"], p["K"]), (p["N"], p["K"])),
     reference=lambda p, x, w: x @ w.T,
     output_shape=lambda p: (p["M"], p["N"]),
     reduction_length=lambda p: p["K"],
@@ -108,8 +101,7 @@ BATCH_MATMUL = OperatorSpec(
     name="batch_matmul",
     params=(Param("B"), Param("M"), Param("N"), Param("K")),
     flops=lambda p: 2 * p["B"] * p["M"] * p["N"] * p["K"],
-    make_inputs=lambda p, dt, rng: (_uniform(rng, (p["B"], p["M"], p["K"]), dt),
-                                    _uniform(rng, (p["B"], p["K"], p["N"]), dt)),
+    input_shapes=lambda p: ((p["B"], p["M"], p["K"]), (p["B"], p["K"], p["N"])),
     reference=lambda p, a, b: np.matmul(a, b),
     output_shape=lambda p: (p["B"], p["M"], p["N"]),
     reduction_length=lambda p: p["K"],
@@ -183,8 +175,7 @@ CONV2D_NCHW = OperatorSpec(
     name="conv2d_nchw",
     params=_CONV_PARAMS,
     flops=_conv_flops,
-    make_inputs=lambda p, dt, rng: (_uniform(rng, (p["N"], p["C"], p["H"], p["W"]), dt),
-                                    _uniform(rng, (p["K"], p["C"], p["R"], p["S"]), dt)),
+    input_shapes=lambda p: ((p["N"], p["C"], p["H"], p["W"]), (p["K"], p["C"], p["R"], p["S"])),
     reference=_conv2d_nchw_ref,
     output_shape=lambda p: (p["N"], p["K"], *conv_output_hw(p)),
     reduction_length=lambda p: p["C"] * p["R"] * p["S"],
@@ -195,8 +186,7 @@ CONV2D_NHWC = OperatorSpec(
     name="conv2d_nhwc",
     params=_CONV_PARAMS,
     flops=_conv_flops,
-    make_inputs=lambda p, dt, rng: (_uniform(rng, (p["N"], p["H"], p["W"], p["C"]), dt),
-                                    _uniform(rng, (p["R"], p["S"], p["C"], p["K"]), dt)),
+    input_shapes=lambda p: ((p["N"], p["H"], p["W"], p["C"]), (p["R"], p["S"], p["C"], p["K"])),
     reference=_conv2d_nhwc_ref,
     output_shape=lambda p: (p["N"], *conv_output_hw(p), p["K"]),
     reduction_length=lambda p: p["C"] * p["R"] * p["S"],
@@ -207,8 +197,7 @@ DEPTHWISE_CONV2D_NCHW = OperatorSpec(
     name="depthwise_conv2d_nchw",
     params=_DEPTHWISE_PARAMS,
     flops=_depthwise_flops,
-    make_inputs=lambda p, dt, rng: (_uniform(rng, (p["N"], p["C"], p["H"], p["W"]), dt),
-                                    _uniform(rng, (p["C"], p["multiplier"], p["R"], p["S"]), dt)),
+    input_shapes=lambda p: ((p["N"], p["C"], p["H"], p["W"]), (p["C"], p["multiplier"], p["R"], p["S"])),
     reference=_depthwise_nchw_ref,
     output_shape=lambda p: (p["N"], p["C"] * p["multiplier"], *conv_output_hw(p)),
     reduction_length=lambda p: p["R"] * p["S"],
@@ -219,8 +208,7 @@ DEPTHWISE_CONV2D_NHWC = OperatorSpec(
     name="depthwise_conv2d_nhwc",
     params=_DEPTHWISE_PARAMS,
     flops=_depthwise_flops,
-    make_inputs=lambda p, dt, rng: (_uniform(rng, (p["N"], p["H"], p["W"], p["C"]), dt),
-                                    _uniform(rng, (p["R"], p["S"], p["C"], p["multiplier"]), dt)),
+    input_shapes=lambda p: ((p["N"], p["H"], p["W"], p["C"]), (p["R"], p["S"], p["C"], p["multiplier"])),
     reference=_depthwise_nhwc_ref,
     output_shape=lambda p: (p["N"], *conv_output_hw(p), p["C"] * p["multiplier"]),
     reduction_length=lambda p: p["R"] * p["S"],

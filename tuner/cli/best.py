@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import TYPE_CHECKING
 
 from tuner.cli.common import (
     EXIT_FAILURE,
@@ -15,6 +16,9 @@ from tuner.cli.common import (
     positive_int,
     workload_arg,
 )
+
+if TYPE_CHECKING:
+    from tuner.log import BestConfig
 
 DEVICE_KEY_HELP = ("device key (default: this host's key); a glob such as 'x86_64-*' ranks the trials of all "
                    "matching devices together")
@@ -39,45 +43,49 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
-def run(args: argparse.Namespace) -> int:
+def best_config_of(args: argparse.Namespace, top: int = 1) -> BestConfig:
+    """The best config for ``--workload``, ``--device-key``, ``--target``, ``--nearest`` and ``--db``,
+    as ``tuner best`` and ``tuner show-kernel --best`` both answer; one-line errors when there is none."""
     from measure_agent.templates import TemplateNotFound
-    from tuner.log import find_best
+    from tuner.log import resolve_best_config
 
     workload = workload_arg(args.workload)
     device_key = args.device_key or local_device_key()
     with open_log(args.db, existing=True) as log:
-        keys = log.resolve_device_keys(device_key)
         try:
-            matches = find_best(log, workload, keys, args.target, args.top, nearest=args.nearest,
-                                validate=True)  # a config the installed template rejects is no answer
+            best = resolve_best_config(log, workload, device_key, args.target, nearest=args.nearest, top=top)
         except TemplateNotFound as exc:
             raise CliError(str(exc)) from None
-        rejected = not matches and bool(log.best(workload.key, keys, args.target, top=1))
-    if not matches:
-        devices = f"device {device_key}" if keys == [device_key] else f"devices matching {device_key} ({len(keys)})"
-        if rejected:
-            raise CliError(f"the tuned configs of {workload.key} on {devices} (target {args.target}) are not valid "
-                           f"for the installed {workload.op} template (tuned with another version?)", EXIT_FAILURE)
-        nearby = f"; no tuned {workload.op}/{workload.dtype} workload has a config valid for it" if args.nearest else ""
-        raise CliError(f"no successful trial of {workload.key} on {devices} (target {args.target}){nearby}",
-                       EXIT_FAILURE)
-    rows = [m.to_json() for m in matches]
+    if best.found:
+        return best
+    keys = list(best.device_keys)
+    devices = f"device {device_key}" if keys == [device_key] else f"devices matching {device_key} ({len(keys)})"
+    if best.rejected is not None:
+        raise CliError(f"the tuned configs of {workload.key} on {devices} (target {args.target}) are not valid "
+                       f"for the installed {workload.op} template (tuned with another version?)", EXIT_FAILURE)
+    nearby = f"; no tuned {workload.op}/{workload.dtype} workload has a config valid for it" if args.nearest else ""
+    raise CliError(f"no successful trial of {workload.key} on {devices} (target {args.target}){nearby}", EXIT_FAILURE)
+
+
+def run(args: argparse.Namespace) -> int:
+    best = best_config_of(args, args.top)
+    rows = [m.to_json() for m in best.matches]
     if args.json:
         print(json.dumps(rows[0] if args.top == 1 else rows, sort_keys=True))
         return 0
-    for rank, (match, row) in enumerate(zip(matches, rows), 1):
+    for rank, (match, row) in enumerate(zip(best.matches, rows), 1):
         gflops = f"{row['gflops']:.2f} GFLOPS" if row["gflops"] else "- GFLOPS"
-        device = f"  {match.device_key}" if len(keys) > 1 else ""
+        device = f"  {match.device_key}" if len(best.device_keys) > 1 else ""
         print(f"#{rank} {row['mean_s'] * 1e3:.4f} ms  {gflops}{device}  {json.dumps(row['config'], sort_keys=True)}")
-    first = matches[0]
-    if first.family:
+    first, workload = best.match, best.workload
+    if best.kind == "family":
         print(f"RANGE: {workload.key} is in the tuned range {first.family}; served by the config tuned for its "
               f"nearest representative {first.tuned_workload} (log-distance {first.distance:.2f}); "
               "times are that workload's")
-    elif first.approximate:
-        print(f"APPROXIMATE: {workload.key} was never tuned on {device_key}; these configs were tuned for "
+    elif best.kind == "approximate":
+        print(f"APPROXIMATE: {workload.key} was never tuned on {best.device_key}; these configs were tuned for "
               f"{first.tuned_workload} (nearest tuned shape, log-distance {first.distance:.2f}); "
               "times are that workload's")
     else:
-        print(f"workload {workload.key} on {device_key} ({args.target})")
+        print(f"workload {workload.key} on {best.device_key} ({best.target})")
     return 0

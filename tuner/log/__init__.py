@@ -4,7 +4,9 @@
   (``migrate``, ``migrations/``).
 * ``jsonl``: every trial as JSON lines (export, import, merging logs from several sites).
 * ``bestfile``: the best configs only, as one small versioned JSON file for applications.
-* ``lookup``: which config to use for a workload (exact best, else the nearest tuned shape).
+* ``best_config``: the best config of a workload on a device (exact, else a tuned family's or the
+  nearest tuned shape's, validated against the installed template): the one resolver behind
+  ``tuner best``, ``tuner show-kernel --best``, ``tuner report`` and ``tuner.best_kernel``.
 """
 
 from tuner.log.bestfile import (
@@ -14,6 +16,16 @@ from tuner.log.bestfile import (
     BestFileError,
     export_best,
     load_best_file,
+)
+from tuner.log.best_config import (
+    BestConfig,
+    BestMatch,
+    BestSource,
+    RejectedConfig,
+    exact_best_config,
+    find_best,
+    resolve_best_config,
+    workload_distance,
 )
 from tuner.log.jsonl import (
     DEVICE_INFO_POLICIES,
@@ -25,7 +37,6 @@ from tuner.log.jsonl import (
     import_sources,
     import_trials,
 )
-from tuner.log.lookup import BestMatch, find_best, workload_distance
 from tuner.log.records import (
     LOG_FORMAT,
     LOG_VERSION,
@@ -40,9 +51,11 @@ from tuner.log.storage import NotFoundError, PruneSummary, TuningLog, TuningLogE
 __all__ = [
     "BEST_FORMAT",
     "BEST_VERSION",
+    "BestConfig",
     "BestConfigs",
     "BestFileError",
     "BestMatch",
+    "BestSource",
     "DEVICE_INFO_POLICIES",
     "DeviceConflict",
     "DeviceInfoConflict",
@@ -56,10 +69,12 @@ __all__ = [
     "NotFoundError",
     "PruneSummary",
     "RecordError",
+    "RejectedConfig",
     "TRIAL_STATUSES",
     "TrialRecord",
     "TuningLog",
     "TuningLogError",
+    "exact_best_config",
     "export_best",
     "export_trials",
     "find_best",
@@ -67,5 +82,6 @@ __all__ = [
     "import_trials",
     "is_device_pattern",
     "load_best_file",
+    "resolve_best_config",
     "workload_distance",
 ]

@@ -46,8 +46,10 @@ class BestFileError(TuningLogError):
 
 
 class BestConfigs:
-    """Best configs held in memory, queried like a :class:`TuningLog` (``best``,
-    ``tuned_workload_keys``, ``device_keys``, ``resolve_device_keys``, ``device_info``)."""
+    """Best configs held in memory, queried like a :class:`TuningLog`: a
+    :class:`~tuner.log.best_config.BestSource` (``best``, ``tuned_workload_keys``, ``families``,
+    ``recorded_device_info``, ``resolve_device_keys``, ``name``), plus ``device_keys`` and
+    ``device_info``. ``name`` is the file it was read from."""
 
     def __init__(self, records: Iterable[TrialRecord], devices: Mapping[str, Mapping[str, Any]] | None = None,
                  *, name: str = "best configs") -> None:
@@ -97,9 +99,19 @@ class BestConfigs:
             return self.device_keys(key_or_pattern)
         return [key_or_pattern]
 
+    def families(self, op: str, dtype: str) -> list[tuple[str, list[str]]]:
+        """Always ``[]``: a best-configs file records no shape-range families."""
+        return []
+
     def device_info(self, device_key: str) -> dict[str, Any]:
-        if device_key not in self.device_keys():
+        info = self.recorded_device_info(device_key)
+        if info is None:
             raise NotFoundError(f"no device {device_key!r} in {self.name}")
+        return info
+
+    def recorded_device_info(self, device_key: str) -> dict[str, Any] | None:
+        if device_key not in self.device_keys():
+            return None
         return dict(self.devices.get(device_key, {}))
 
     # -- the file form ---------------------------------------------------------------------------

@@ -139,6 +139,11 @@ class TuningLog:
         """The database URL with any password masked."""
         return self._display_url
 
+    @property
+    def name(self) -> str:
+        """What messages call the log (:class:`~tuner.log.best_config.BestSource`): its masked URL."""
+        return self._display_url
+
     # -- devices and jobs -----------------------------------------------------------------
     def upsert_device(self, key: str, info: Mapping[str, Any]) -> None:
         """Create device ``key`` or replace its info; either way ``last_seen`` becomes now."""
@@ -159,12 +164,19 @@ class TuningLog:
                 conn.execute(update(table).where(table.c.key == key).values(info=info_text, last_seen=now))
 
     def device_info(self, device_key: str) -> dict[str, Any]:
-        """The info recorded for a device (``{}`` if it only ever appeared in trials)."""
-        with self._read("read a device") as conn:
-            info = conn.execute(select(schema.devices.c.info).where(schema.devices.c.key == device_key)).scalar()
+        """The info recorded for a device (``{}`` if it only ever appeared in trials); raises
+        :class:`NotFoundError` for a device the log does not hold."""
+        info = self.recorded_device_info(device_key)
         if info is None:
             raise NotFoundError(f"no device {device_key!r} in the tuning log")
-        return self._decode(info, f"device record ({device_key!r})")
+        return info
+
+    def recorded_device_info(self, device_key: str) -> dict[str, Any] | None:
+        """:meth:`device_info`, or ``None`` for a device the log does not hold (see
+        :class:`~tuner.log.best_config.BestSource`)."""
+        with self._read("read a device") as conn:
+            info = conn.execute(select(schema.devices.c.info).where(schema.devices.c.key == device_key)).scalar()
+        return None if info is None else self._decode(info, f"device record ({device_key!r})")
 
     def create_job(
         self,

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from measure_agent.workload import Workload, parse_workload
-from tuner.log import JobRecord, NotFoundError, TrialRecord, TuningLog
+from tuner.log import BestConfig, JobRecord, TrialRecord, TuningLog
 
 
 @dataclass(frozen=True)
@@ -26,6 +26,9 @@ class ReportData:
     ``trials`` are the job's trials, oldest first (trial number ``i`` is ``trials[i - 1]``).
     ``earlier_trials`` counts the trials of the same workload, device key and target recorded before
     the job was created (the history it resumed from), ``earlier_best_s`` is the best of them.
+    ``best_config`` is what ``tuner best`` and ``tuner.best_kernel`` serve for exactly the job's
+    workload, device and target now (``None`` without the template): the job's best, an earlier
+    trial's, or none with the reason (say, the template rejects the configs).
     """
 
     job: JobRecord
@@ -35,6 +38,7 @@ class ReportData:
     earlier_trials: int = 0
     earlier_best_s: float | None = None
     default_config: dict | None = None
+    best_config: BestConfig | None = None
     generated_at: datetime | None = None
 
     # -- per-trial numbers ---------------------------------------------------------------
@@ -79,6 +83,12 @@ class ReportData:
     def trial_number(self, record: TrialRecord) -> int:
         return next(i for i, t in enumerate(self.trials, 1) if t is record)
 
+    @property
+    def best_config_trial_number(self) -> int | None:
+        """The trial number of :attr:`best_config` in this job (``None``: not a trial of this job)."""
+        record = self.best_config.record if self.best_config else None
+        return next((i for i, t in enumerate(self.trials, 1) if t == record), None)
+
     def is_default(self, record: TrialRecord) -> bool:
         return self.default_config is not None and record.config == self.default_config
 
@@ -117,10 +127,7 @@ def collect(log: TuningLog, job_id: int, *, default_config: bool = True) -> Repo
 
     job = log.get_job(job_id)
     workload = parse_workload(job.workload_key)
-    try:
-        info = log.device_info(job.device_key)
-    except NotFoundError:
-        info = {}
+    info = log.recorded_device_info(job.device_key) or {}
     trials = log.trials(job_id=job_id)
     history = [t for t in log.trials(workload_key=job.workload_key, device_key=job.device_key, target=job.target)
                if t.job_id != job_id and t.created_at < job.created_at]
@@ -133,8 +140,20 @@ def collect(log: TuningLog, job_id: int, *, default_config: bool = True) -> Repo
         earlier_trials=len(history),
         earlier_best_s=earlier_best,
         default_config=_default_config(workload, job.target, info) if default_config else None,
+        best_config=_best_config(log, workload, job),
         generated_at=utcnow(),
     )
+
+
+def _best_config(log: TuningLog, workload: Workload, job: JobRecord) -> BestConfig | None:
+    """What the log serves for the job's workload, device and target (the daemon's exact lookup)."""
+    from measure_agent.templates import TemplateNotFound
+    from tuner.log import exact_best_config
+
+    try:
+        return exact_best_config(log, workload, job.device_key, job.target)
+    except TemplateNotFound:  # a report of a job whose template is not installed here
+        return None
 
 
 def _default_config(workload: Workload, target: str, device_info: dict) -> dict | None:

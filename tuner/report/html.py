@@ -129,6 +129,7 @@ def _job_rows(data: ReportData) -> list[tuple[str, str]]:
         ("trial budget", f"{job.trials} configs in the log for this workload and device"),
         ("trials in this job", f"{len(data.trials)} ({len(data.ok_trials)} ok, {data.error_count} failed)"),
         ("earlier trials", _earlier(data)),
+        *_served_row(data),
         ("status", escape(job.status)),
         ("created", _time(job.created_at)),
         ("finished", _time(job.finished_at) if job.finished_at else "not finished"),
@@ -154,6 +155,21 @@ def _earlier(data: ReportData) -> str:
     if best is not None:
         text += f"; their best: {best:.2f} GFLOPS ({_ms(data.earlier_best_s)})"
     return escape(text)
+
+
+def _served_row(data: ReportData) -> list[tuple[str, str]]:
+    """What ``tuner best`` and ``tuner.best_kernel`` serve for the job's workload and device now."""
+    best = data.best_config
+    if best is None:
+        return []
+    if not best.found:
+        return [("served by tuner best", escape(f"none usable: {best.why}"))]
+    record = best.record
+    number = data.best_config_trial_number
+    where = f"trial {number} of this job" if number else f"an earlier trial ({record.created_at:%Y-%m-%d %H:%M:%S} UTC)"
+    gflops = data.gflops(record.mean_s)
+    speed = f"{_ms(record.mean_s)}, {gflops:.2f} GFLOPS" if gflops is not None else _ms(record.mean_s)
+    return [("served by tuner best", f"{escape(where)}: {escape(speed)} <code>{escape(_json(best.config))}</code>")]
 
 
 def _device_rows(data: ReportData) -> list[tuple[str, str]]:
