@@ -18,7 +18,7 @@ from measure_agent.engine import MeasureInput, MeasureResult
 from measure_agent.space import Config
 from measure_agent.templates import TemplateCatalog
 from measure_agent.workload import Workload
-from tuner.log import TrialRecord, TuningLog
+from tuner.log import TrialRecord, TuningLog, exact_best_config
 from tuner.measure import MeasurementAborted, Measurer
 from tuner.search import Observation, make_strategy
 from tuner.steering import steer_space
@@ -109,6 +109,7 @@ class TuningJob:
         self.measurer = measurer
         self.log = log
         self.options = options
+        self.catalog = catalog
         self.template = catalog.get(workload.op, options.target)
         # The space may depend on the device (vector width, GPU limits): use what the measurer reports.
         device = DeviceInfo.from_recorded(measurer.device_info)
@@ -195,7 +196,8 @@ class TuningJob:
         finally:
             if final_status is not None:  # None: interrupted, left running to be resumed
                 self.log.finish_job(job_id, final_status)
-        top = self.log.best(key[0], key[1], opts.target, top=1)
+        # the answer `tuner best` gives: the fastest config the installed template accepts
+        best = exact_best_config(self.log, self.workload, key[1], opts.target, catalog=self.catalog)
         default_records = [
             r for r in self.log.trials(workload_key=key[0], device_key=key[1], target=key[2])
             if self._digest(r.config) == self.default_config.digest
@@ -204,7 +206,7 @@ class TuningJob:
             job_id=job_id,
             workload=self.workload,
             device_key=key[1],
-            best=top[0] if top else None,
+            best=best.record,
             default=default_records[0] if default_records else None,
             measured_now=measured_now,
             errors=errors,

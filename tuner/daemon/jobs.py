@@ -13,12 +13,12 @@ from dataclasses import dataclass, field, replace
 from typing import Iterator
 
 from measure_agent.protocol.errors import InvalidRequest, NotFound
-from measure_agent.templates import TemplateCatalog
+from measure_agent.templates import TemplateCatalog, TemplateNotFound
 from tuner.daemon.fleet_measurer import FleetMeasurer
 from tuner.daemon.scheduler import Scheduler
 from tuner.fleet.jobs import JobSpec, JobSpecError, JobStatus
 from tuner.job import Progress, TuneOptions, TuningJob
-from tuner.log import JobRecord, NotFoundError, TuningLog
+from tuner.log import JobRecord, NotFoundError, TuningLog, exact_best_config
 from tuner.measure import MeasurementAborted
 
 logger = logging.getLogger("tunefleet.daemon")
@@ -127,13 +127,16 @@ class JobManager:
         except (NotFoundError, JobSpecError, ValueError, TypeError):
             raise NotFound(f"no job {job_id} in this daemon") from None
         key = (record.workload_key, record.device_key, record.target)
-        best = self.log.best(*key, top=1)
+        try:  # the answer `tuner best` gives: the fastest config the installed template accepts
+            best = exact_best_config(self.log, *key, catalog=self.catalog).record
+        except TemplateNotFound:
+            best = None
         of_job = self.log.trials(job_id=job_id)
         return replace(
             self._new_status(job_id, spec, record.created_at.timestamp()), state=record.status,
             done=self.log.count_trials(*key), measured_now=len(of_job),
             errors=sum(1 for t in of_job if t.status != "ok"),
-            best_mean_s=best[0].mean_s if best else None, best_config=best[0].config if best else None,
+            best_mean_s=best.mean_s if best else None, best_config=best.config if best else None,
         )
 
     def list(self) -> list[JobStatus]:
