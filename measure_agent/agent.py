@@ -184,7 +184,7 @@ class Agent:
         batch = _LeasedBatch(agent_id, list(reply.candidates))
         for candidate in reply.candidates:
             try:
-                timing = timing_from_proto(candidate.timing)
+                timing = timing_from_proto(candidate.timing, clamp=True)  # bounded whatever was sent
                 workload = parse_workload(candidate.workload)
                 config = self.engine.catalog.space(workload, candidate.target, self.device).from_json(
                     json.loads(candidate.config_json))

@@ -25,7 +25,9 @@ def check_device_key(key: str) -> str:
     and the tuner's command line all use it.
     """
     if not isinstance(key, str) or not DEVICE_KEY_PATTERN.match(key):
-        raise DeviceKeyError(f"invalid device key {key!r}: letters, digits and ._:+- only (not first), "
+        from measure_agent.protocol.errors import shown
+
+        raise DeviceKeyError(f"invalid device key {shown(key)}: letters, digits and ._:+- only (not first), "
                              "at most 128")
     return key
 

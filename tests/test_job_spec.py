@@ -143,7 +143,10 @@ def test_each_field_reaches_the_job_the_daemon_runs(name, tmp_path, capture_runs
     ({"target": "fpga"}, "unknown target 'fpga'"),
     ({"pins": ("no-equals",)}, "--pin takes KNOB=VALUE"),
     ({"family": "matmul(M=16..32,N=2,K=2)"}, "is not in the range"),
-    ({"timing": TimingConfig(run_timeout_s=float("inf"))}, "run timeout must be a finite number"),
+    ({"workload": "matmul(M=2,N=2,K=2)" + " " * 2000}, "workload must be at most 1000 characters"),
+    ({"pins": ("behaviour=ok",) * 65}, "at most 64 pins"),
+    ({"constraints": ("variant < 3" + " " * 3000,)}, "each of the constraints must be at most 2000 characters"),
+    ({"wait_timeout_s": 1e12}, "wait timeout must be at most"),
 ])
 def test_validation_names_the_field_in_one_line(changes, message):
     with pytest.raises(JobSpecError, match=message) as caught:

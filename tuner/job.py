@@ -14,11 +14,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
 from measure_agent.device import DeviceInfo
-from measure_agent.engine import MeasureInput, MeasureResult
+from measure_agent.engine import MeasureInput, MeasureResult, MeasureStatus
 from measure_agent.space import Config
 from measure_agent.templates import TemplateCatalog
 from measure_agent.workload import Workload
 from tuner.log import TrialRecord, TuningLog, exact_best_config
+from tuner.log.records import RecordError, storable_text
 from tuner.measure import MeasurementAborted, Measurer
 from tuner.search import Observation, make_strategy
 from tuner.steering import steer_space
@@ -233,8 +234,17 @@ class TuningJob:
         return Observation(self.space.from_json(record.config), record.mean_s)
 
     def _record(self, job_id: int, config: Config, result: MeasureResult) -> TrialRecord:
-        return TrialRecord.from_result(
-            self.workload.key, self.measurer.device_key, self.options.target, config.to_json(), result,
-            agent=result.measured_by or self.measurer.agent_name, template_version=self.measurer.template_version,
-            job_id=job_id,
-        )
+        agent = result.measured_by or self.measurer.agent_name
+        try:
+            return TrialRecord.from_result(
+                self.workload.key, self.measurer.device_key, self.options.target, config.to_json(), result,
+                agent=agent, template_version=self.measurer.template_version, job_id=job_id,
+            )
+        except RecordError as exc:
+            # A result the log cannot hold (an infinite cost, a NUL in a message) is the agent's
+            # fault, not the job's: it becomes a failed trial saying why, and tuning goes on.
+            failed = MeasureResult(MeasureStatus.RUNTIME_ERROR, message=f"invalid measurement from the agent: {exc}")
+            return TrialRecord.from_result(
+                self.workload.key, self.measurer.device_key, self.options.target, config.to_json(), failed,
+                agent=storable_text(agent, 128), template_version=self.measurer.template_version, job_id=job_id,
+            )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Sequence
 
+from measure_agent.bounded_json import loads_bounded
 from measure_agent.device import DeviceInfo
 from measure_agent.engine.types import MeasureResult, MeasureStatus, TimingConfig
 from measure_agent.protocol.v1 import fleet_pb2 as pb
@@ -17,10 +18,11 @@ def timing_to_proto(timing: TimingConfig) -> pb.Timing:
     )
 
 
-def timing_from_proto(message: pb.Timing) -> TimingConfig:
-    """A timing config; raises ValueError when the message is out of bounds."""
+def timing_from_proto(message: pb.Timing, clamp: bool = False) -> TimingConfig:
+    """A timing config; raises ValueError when the message is out of bounds, or with ``clamp``
+    (agents) brings it within bounds instead."""
     default = TimingConfig()
-    return TimingConfig(
+    values = dict(
         number=message.number or default.number,
         repeat=message.repeat or default.repeat,
         min_repeat_ms=message.min_repeat_ms,
@@ -28,6 +30,7 @@ def timing_from_proto(message: pb.Timing) -> TimingConfig:
         build_timeout_s=message.build_timeout_s or default.build_timeout_s,
         run_timeout_s=message.run_timeout_s or default.run_timeout_s,
     )
+    return TimingConfig.clamped(**values) if clamp else TimingConfig(**values)
 
 
 def capabilities_to_proto(info: DeviceInfo, agent_version: str, template_version: str,
@@ -96,7 +99,7 @@ def result_from_proto(message: pb.Measurement) -> MeasureResult:
     costs = tuple(float(c) for c in message.costs)
     if status.is_ok and (not costs or any(not (c >= 0) for c in costs)):
         raise ValueError("an ok measurement needs non-negative costs")
-    details = json.loads(message.details_json) if message.details_json else {}
+    details = loads_bounded(message.details_json, "details") if message.details_json else {}
     if not isinstance(details, dict):
         raise ValueError("details must be a JSON object")
     return MeasureResult(status=status, costs=costs if status.is_ok else (), compile_time_s=message.compile_time_s,

@@ -9,6 +9,13 @@ from __future__ import annotations
 import grpc
 
 
+def shown(value: object, chars: int = 60) -> str:
+    """``repr(value)`` cut to ``chars``: an error message echoes what a peer sent, never all of it
+    (a huge echo would itself break the reply)."""
+    text = repr(value)
+    return text if len(text) <= chars else text[:chars] + f"... ({len(text)} characters)"
+
+
 class FleetError(Exception):
     """Base of protocol errors."""
 
@@ -35,7 +42,18 @@ class Unavailable(FleetError):
     code = grpc.StatusCode.UNAVAILABLE
 
 
-_BY_CODE = {cls.code: cls for cls in (InvalidRequest, NotFound, VersionMismatch, Unauthenticated, Unavailable)}
+class Busy(FleetError):
+    """The daemon is serving as many calls as it allows (of all clients, or of this one)."""
+
+    code = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+class TimedOut(FleetError):
+    code = grpc.StatusCode.DEADLINE_EXCEEDED
+
+
+_BY_CODE = {cls.code: cls for cls in (InvalidRequest, NotFound, VersionMismatch, Unauthenticated, Unavailable, Busy,
+                                      TimedOut)}
 
 
 def abort(context: grpc.ServicerContext, error: FleetError) -> None:

@@ -121,5 +121,11 @@ def run_agents(args: argparse.Namespace) -> int:
             device = a.device
             print(f"    {a.name:<20} {device.arch} {device.cpu_model} {device.cores} cores "
                   f"[{' '.join(device.isa_features)}] numba {device.numba_version} "
-                  f"{'leased ' + str(a.leased) if a.leased else 'idle'}  heartbeat {a.seconds_since_heartbeat:.1f}s ago")
+                  f"{_agent_state(a)}  heartbeat {a.seconds_since_heartbeat:.1f}s ago")
     return 0
+
+
+def _agent_state(agent) -> str:
+    if agent.quarantined:
+        return f"QUARANTINED ({agent.overdue_leases} leases not reported in time; restart it to rejoin)"
+    return f"leased {agent.leased}" if agent.leased else "idle"

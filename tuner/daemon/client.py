@@ -66,7 +66,13 @@ class FleetClient:
         return status_from_proto(self._call(self._stub.GetJob, pb.JobRef(job_id=job_id)))
 
     def jobs(self) -> list[JobStatus]:
-        return [status_from_proto(s) for s in self._call(self._stub.ListJobs, pb.ListJobsRequest()).jobs]
+        """Every job the daemon holds in memory, page by page."""
+        found: list[JobStatus] = []
+        while True:
+            page = self._call(self._stub.ListJobs, pb.ListJobsRequest(after_job_id=found[-1].job_id if found else 0))
+            found += [status_from_proto(s) for s in page.jobs]
+            if not page.more or not page.jobs:
+                return found
 
     def cancel(self, job_id: int) -> JobStatus:
         return status_from_proto(self._call(self._stub.CancelJob, pb.JobRef(job_id=job_id)))
@@ -229,7 +235,8 @@ def fleet_to_proto(fleet: FleetView) -> pb.AgentList:
         agents=[pb.AgentInfo(agent_id=a.agent_id, key=a.key, name=a.name,
                              capabilities=capabilities_from_json(a.device_info, a.templates),
                              last_heartbeat=a.seconds_since_heartbeat, registered_at=a.seconds_since_registered,
-                             parallel=a.parallel, leased=a.leased, peer=a.peer)
+                             parallel=a.parallel, leased=a.leased, peer=a.peer, overdue_leases=a.overdue_leases,
+                             quarantined=a.quarantined)
                 for a in fleet.agents],
         keys=[pb.KeyInfo(**dataclasses.asdict(k)) for k in fleet.keys],
     )
@@ -241,7 +248,8 @@ def fleet_from_proto(message: pb.AgentList) -> FleetView:
                                device_info=capabilities_to_json(a.capabilities),
                                templates=tuple(a.capabilities.templates), parallel=a.parallel, leased=a.leased,
                                peer=a.peer, seconds_since_heartbeat=a.last_heartbeat,
-                               seconds_since_registered=a.registered_at)
+                               seconds_since_registered=a.registered_at, overdue_leases=a.overdue_leases,
+                               quarantined=a.quarantined)
                      for a in message.agents),
         keys=tuple(KeyInfo(**_fields_from_proto(k, KeyInfo)) for k in message.keys),
     )

@@ -14,6 +14,7 @@ from measure_agent.protocol.connection import CHANNEL_OPTIONS
 from measure_agent.protocol.v1 import fleet_pb2_grpc as pb_grpc
 from measure_agent.templates import TemplateCatalog, default_catalog
 from tuner.daemon.jobs import JobManager
+from tuner.daemon.limits import SERVER_THREADS, ClientCallInterceptor, ClientCallLimiter
 from tuner.daemon.scheduler import Scheduler
 from tuner.daemon.security import TokenAuthInterceptor, server_credentials
 from tuner.daemon.service import AgentService, ClientService
@@ -37,12 +38,16 @@ class Security:
 
 
 def create_server(address: str, agent_service: AgentService, client_service: ClientService,
-                  security: Security = Security(), max_workers: int = 256) -> tuple[grpc.Server, int, TokenAuthInterceptor]:
+                  security: Security = Security(), max_workers: int = SERVER_THREADS,
+                  client_calls: ClientCallLimiter | None = None) -> tuple[grpc.Server, int, TokenAuthInterceptor]:
     """A ready (not started) gRPC server bound to ``address`` (port 0 picks a free port), with the
-    health service and, when configured, TLS and token checks."""
+    health service and, when configured, TLS and token checks. Client calls are held to
+    ``client_calls`` (default: the limits of :mod:`tuner.daemon.limits`), so that clients never
+    take the threads agents need."""
     interceptor = TokenAuthInterceptor(security.agent_tokens, security.client_tokens)
+    limiter = ClientCallInterceptor(client_calls or ClientCallLimiter())
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="tunefleet-rpc"),
-                         options=GRPC_OPTIONS, interceptors=[interceptor])
+                         options=GRPC_OPTIONS, interceptors=[interceptor, limiter])
     pb_grpc.add_AgentServiceServicer_to_server(agent_service, server)
     pb_grpc.add_ClientServiceServicer_to_server(client_service, server)
     health_servicer = health.HealthServicer()

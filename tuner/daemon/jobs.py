@@ -9,12 +9,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Iterator
 
 from measure_agent.protocol.errors import InvalidRequest, NotFound
 from measure_agent.templates import TemplateCatalog, TemplateNotFound
 from tuner.daemon.fleet_measurer import FleetMeasurer
+from tuner.daemon.limits import FINISHED_JOBS_KEPT
 from tuner.daemon.scheduler import Scheduler
 from tuner.fleet.jobs import JobSpec, JobSpecError, JobStatus
 from tuner.job import Progress, TuneOptions, TuningJob
@@ -52,6 +54,7 @@ class JobManager:
         self.log = log
         self.catalog = catalog
         self._jobs: dict[int, _Job] = {}
+        self._finished: deque[int] = deque()  # ids of finished jobs still in memory, oldest first
         self._changed = threading.Condition()
 
     def submit(self, spec: JobSpec) -> JobStatus:
@@ -218,9 +221,25 @@ class JobManager:
         with self._changed:
             job.status = replace(job.status, **changes)
             job.version += 1
+            if job.status.finished:
+                self._forget_old_finished(job.status.job_id)
             self._changed.notify_all()
 
+    def _forget_old_finished(self, job_id: int) -> None:
+        """Keep the last FINISHED_JOBS_KEPT finished jobs in memory (with their final message);
+        older ones are served from the log, so memory does not grow with every job ever run."""
+        self._finished.append(job_id)
+        while len(self._finished) > FINISHED_JOBS_KEPT:
+            self._jobs.pop(self._finished.popleft(), None)
+
     def _run(self, job: _Job) -> None:
+        try:
+            self._tune(job)
+        finally:
+            # However the job ended, nothing of it stays queued or leased for the agents.
+            self.scheduler.cancel_job(job.status.job_id)
+
+    def _tune(self, job: _Job) -> None:
         spec, job_id = job.status.spec, job.status.job_id
         target = spec.target_spec
         measurer = FleetMeasurer(self.scheduler, spec.device_key, job_id, spec.priority, spec.timing,

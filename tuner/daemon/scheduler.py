@@ -5,11 +5,19 @@ of that key lease candidates (the highest job priority first; jobs of equal prio
 candidate by candidate) and report results. An agent silent for ``agent_timeout_s`` is presumed
 dead: its leases go back to the front of the queue for other agents, and a result it sends later
 is rejected, so nothing is recorded twice and nothing is lost.
+
+Every lease also has a deadline that follows from its timing config (what building, loading and
+running all the candidates the agent holds may take at most, plus a grace): an agent that keeps
+heartbeating but does not report in time loses the lease the same way, and one that does so
+:data:`~tuner.daemon.limits.OVERDUE_LEASES_TO_QUARANTINE` times is quarantined: it stays
+registered (and shown) but gets no more candidates.
 """
 
 from __future__ import annotations
 
+import heapq
 import itertools
+import logging
 import threading
 import time
 import uuid
@@ -18,6 +26,9 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from measure_agent.engine import MeasureInput, MeasureResult, TimingConfig
+from tuner.daemon.limits import LEASE_GRACE_S, OVERDUE_LEASES_TO_QUARANTINE
+
+logger = logging.getLogger("tunefleet.daemon")
 
 
 @dataclass
@@ -32,6 +43,8 @@ class AgentState:
     registered_at: float
     last_heartbeat: float
     leases: set[str] = field(default_factory=set)
+    overdue_leases: int = 0  # leases it held past their deadline
+    quarantined: bool = False  # gets no more candidates
 
 
 @dataclass
@@ -55,6 +68,13 @@ class Candidate:
     priority: int
     lease_id: str | None = None
     agent_id: str | None = None
+    deadline: float | None = None  # when the lease is taken back
+
+    @property
+    def worst_case_s(self) -> float:
+        """The longest measuring it may take: build, load (each within the build timeout), run."""
+        timing = self.batch.timing
+        return 2 * timing.build_timeout_s + timing.run_timeout_s
 
     @property
     def item(self) -> MeasureInput:
@@ -88,6 +108,8 @@ class Scheduler:
         self.expired_leases = 0
         self.results_by_status: Counter[str] = Counter()  # accepted results, for metrics
         self._recent_results: deque[float] = deque(maxlen=100_000)
+        self._deadlines: list[tuple[float, str]] = []  # heap of (deadline, lease id)
+        self._next_dead_scan = 0.0
 
     # -- agents -----------------------------------------------------------------------------
     def register(self, key: str, name: str, device_info: dict, parallel: int = 1, peer: str = "",
@@ -105,7 +127,7 @@ class Scheduler:
 
     def heartbeat(self, agent_id: str) -> bool:
         with self._lock:
-            self._expire_dead_agents()
+            self._expire(scan_every=True)
             agent = self._agents.get(agent_id)
             if agent is None:
                 return False
@@ -122,11 +144,12 @@ class Scheduler:
 
     def expire_dead_agents(self) -> int:
         with self._lock:
+            self._expire_overdue_leases()
             return self._expire_dead_agents()
 
     def agents(self) -> list[AgentState]:
         with self._lock:
-            self._expire_dead_agents()
+            self._expire(scan_every=True)
             return sorted(self._agents.values(), key=lambda a: (a.key, a.name, a.agent_id))
 
     def agent_name(self, agent_id: str) -> str:
@@ -137,8 +160,8 @@ class Scheduler:
 
     def parallelism(self, key: str, requirement: Callable[[dict], bool] | None = None) -> int:
         with self._lock:
-            return sum(a.parallel for a in self._agents.values()
-                       if a.key == key and (requirement is None or requirement(a.device_info)))
+            return sum(a.parallel for a in self._agents.values() if a.key == key and not a.quarantined
+                       and (requirement is None or requirement(a.device_info)))
 
     def device_info(self, key: str, requirement: Callable[[dict], bool] | None = None) -> dict:
         """Device info of the most recently registered agent of ``key`` that meets ``requirement``."""
@@ -158,8 +181,8 @@ class Scheduler:
         counting from ``since``. Without a requirement, an agent of the key seen after ``since``
         restarts the count; with one, the count runs from ``since``, the start of the wait."""
         with self._lock:
-            self._expire_dead_agents()
-            if any(a.key == key and (requirement is None or requirement(a.device_info))
+            self._expire()  # job threads call this regularly: overdue leases are noticed without agents
+            if any(a.key == key and not a.quarantined and (requirement is None or requirement(a.device_info))
                    for a in self._agents.values()):
                 return 0.0
             if requirement is not None:
@@ -246,7 +269,7 @@ class Scheduler:
         deadline = self._clock() + max(0.0, wait_s)
         with self._lock:
             while True:
-                self._expire_dead_agents()
+                self._expire(scan_every=True)
                 agent = self._agents.get(agent_id)
                 if agent is None:
                     return None
@@ -300,6 +323,8 @@ class Scheduler:
                 condition.notify(count)
 
     def _take(self, agent: AgentState, n: int) -> list[Candidate]:
+        if agent.quarantined:
+            return []
         queues = self._queues.get(agent.key, {})
         taken: list[Candidate] = []
         while len(taken) < n:
@@ -319,6 +344,14 @@ class Scheduler:
             taken.append(candidate)
         for job_id in [j for j, q in queues.items() if not q]:
             del queues[job_id]
+        if taken:
+            # The agent measures what it holds one after another: the last of these may wait for
+            # all the others (an agent leases its next batch while one runs).
+            ahead = sum(self._leases[lease_id].worst_case_s for lease_id in agent.leases)
+            deadline = self._clock() + LEASE_GRACE_S + ahead
+            for candidate in taken:
+                candidate.deadline = deadline
+                heapq.heappush(self._deadlines, (deadline, candidate.lease_id))
         return taken
 
     def _expire_dead_agents(self) -> int:
@@ -332,12 +365,50 @@ class Scheduler:
 
     def _requeue(self, agent: AgentState) -> None:
         for lease_id in agent.leases:
-            candidate = self._leases.pop(lease_id, None)
-            if candidate is None or candidate.batch.cancelled:
-                continue
-            candidate.lease_id = candidate.agent_id = None
-            queue = self._queues.setdefault(candidate.batch.key, {}).setdefault(candidate.batch.job_id, deque())
-            queue.appendleft(candidate)
-            self._work_queued(candidate.batch.key)
+            self._requeue_lease(lease_id)
         agent.leases.clear()
         self._notify()
+
+    def _requeue_lease(self, lease_id: str) -> None:
+        """The lease's candidate back to the front of its job's queue (the lease is gone)."""
+        candidate = self._leases.pop(lease_id, None)
+        if candidate is None or candidate.batch.cancelled:
+            return
+        candidate.lease_id = candidate.agent_id = candidate.deadline = None
+        queue = self._queues.setdefault(candidate.batch.key, {}).setdefault(candidate.batch.job_id, deque())
+        queue.appendleft(candidate)
+        self._work_queued(candidate.batch.key)
+
+    def _expire(self, scan_every: bool = False) -> None:
+        """Take back overdue leases (a heap: cheap), and leases of dead agents. The scan for dead
+        agents runs at most twice per heartbeat interval, so a heartbeat costs O(1) however large
+        the fleet."""
+        self._expire_overdue_leases()
+        now = self._clock()
+        if now >= self._next_dead_scan:
+            self._next_dead_scan = now + self.heartbeat_interval_s / 2
+            self._expire_dead_agents()
+
+    def _expire_overdue_leases(self) -> None:
+        now = self._clock()
+        changed = False
+        while self._deadlines and self._deadlines[0][0] <= now:
+            deadline, lease_id = heapq.heappop(self._deadlines)
+            candidate = self._leases.get(lease_id)
+            if candidate is None or candidate.deadline != deadline:
+                continue  # reported, requeued or cancelled since
+            agent = self._agents.get(candidate.agent_id or "")
+            self._requeue_lease(lease_id)
+            self.expired_leases += 1
+            changed = True
+            if agent is None:
+                continue
+            agent.leases.discard(lease_id)
+            agent.overdue_leases += 1
+            if agent.overdue_leases >= OVERDUE_LEASES_TO_QUARANTINE and not agent.quarantined:
+                agent.quarantined = True
+                logger.warning("agent %s (%s, key %s) quarantined: %d leases not reported in time",
+                               agent.name, agent.agent_id[:8], agent.key, agent.overdue_leases)
+                self._requeue(agent)
+        if changed:
+            self._notify()

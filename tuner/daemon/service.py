@@ -5,21 +5,31 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import time
 from dataclasses import replace
 
 import grpc
 
 from measure_agent.device import DeviceInfo, DeviceKeyError, check_device_key
 from measure_agent.protocol import PROTOCOL_VERSION
-from measure_agent.engine import MeasureInput, TimingConfig
+from measure_agent.engine import MeasureInput, MeasureResult, MeasureStatus, TimingConfig
 from measure_agent.protocol.convert import (
     capabilities_to_json,
+    is_repeated,
     result_from_proto,
     result_to_proto,
     timing_from_proto,
     timing_to_proto,
 )
-from measure_agent.protocol.errors import FleetError, InvalidRequest, Unavailable, VersionMismatch, abort
+from measure_agent.protocol.errors import (
+    FleetError,
+    InvalidRequest,
+    TimedOut,
+    Unavailable,
+    VersionMismatch,
+    abort,
+    shown,
+)
 from measure_agent.protocol.v1 import fleet_pb2 as pb
 from measure_agent.protocol.v1 import fleet_pb2_grpc as pb_grpc
 from measure_agent.space import ConfigError
@@ -27,14 +37,25 @@ from measure_agent.templates import TemplateCatalog, TemplateNotFound
 from measure_agent.workload import WorkloadError, parse_workload
 from tuner.daemon.client import fleet_to_proto, spec_from_proto, status_to_proto
 from tuner.daemon.jobs import JobManager
+from tuner.daemon.limits import (
+    MAX_AGENT_NAME_CHARS,
+    MAX_CANDIDATES_PER_LEASE,
+    MAX_CAPABILITY_LIST,
+    MAX_CAPABILITY_TEXT_CHARS,
+    MAX_CONFIG_JSON_CHARS,
+    MAX_CONFIGS_PER_MEASURE,
+    MAX_LEASE_WAIT_S,
+    MAX_LISTED_JOBS,
+    MAX_MEASURE_S,
+    MAX_WATCH_S,
+)
 from tuner.daemon.scheduler import Scheduler
 from tuner.fleet.agents import AgentInfo, FleetView, KeyInfo
+from tuner.log.records import storable_text
 from tuner.steering import SteeringError, parse_target
 
 logger = logging.getLogger("tunefleet.daemon")
 
-MAX_LEASE_WAIT_S = 30.0
-MAX_CANDIDATES_PER_LEASE = 256
 
 
 class AgentService(pb_grpc.AgentServiceServicer):
@@ -61,8 +82,11 @@ class AgentService(pb_grpc.AgentServiceServicer):
                 raise InvalidRequest(str(exc)) from None
             if not 1 <= request.parallel <= 1024:
                 raise InvalidRequest("parallel must be between 1 and 1024")
+            _check_agent_name(request.name)
+            _check_capabilities(request.capabilities)
         except FleetError as exc:
-            logger.warning("refused agent %r (key %r) from %s: %s", request.name, request.key, context.peer(), exc)
+            logger.warning("refused agent %s (key %s) from %s: %s", shown(request.name), shown(request.key),
+                           context.peer(), exc)
             abort(context, exc)
         agent = self.scheduler.register(
             request.key, request.name or context.peer(), capabilities_to_json(request.capabilities),
@@ -95,11 +119,7 @@ class AgentService(pb_grpc.AgentServiceServicer):
         rejected = []
         name = self.scheduler.agent_name(request.agent_id)
         for measurement in request.measurements:
-            try:
-                result = result_from_proto(measurement)
-            except (ValueError, json.JSONDecodeError) as exc:
-                abort(context, InvalidRequest(f"malformed measurement for lease {measurement.lease_id}: {exc}"))
-            result = replace(result, measured_by=name)
+            result = replace(arriving_result(measurement), measured_by=name)
             if self.scheduler.report(request.agent_id, measurement.lease_id, result):
                 accepted += 1
             else:
@@ -141,11 +161,16 @@ class ClientService(pb_grpc.ClientServiceServicer):
             self.manager.get(request.job_id)
         except FleetError as exc:
             abort(context, exc)
-        for status in self.manager.watch(request.job_id, is_active=context.is_active):
+        # A stream ends after MAX_WATCH_S (clients follow it again), so none holds a call slot for good.
+        until = time.monotonic() + MAX_WATCH_S
+        for status in self.manager.watch(request.job_id, is_active=lambda: context.is_active()
+                                         and time.monotonic() < until):
             yield status_to_proto(status)
 
     def ListJobs(self, request: pb.ListJobsRequest, context: grpc.ServicerContext) -> pb.JobList:
-        return pb.JobList(jobs=[status_to_proto(s) for s in self.manager.list()])
+        size = request.page_size if 0 < request.page_size <= MAX_LISTED_JOBS else MAX_LISTED_JOBS
+        jobs = [s for s in self.manager.list() if s.job_id > request.after_job_id]
+        return pb.JobList(jobs=[status_to_proto(s) for s in jobs[:size]], more=len(jobs) > size)
 
     def CancelJob(self, request: pb.JobRef, context: grpc.ServicerContext) -> pb.JobStatus:
         try:
@@ -174,14 +199,12 @@ class ClientService(pb_grpc.ClientServiceServicer):
             agents=tuple(AgentInfo(agent_id=a.agent_id, key=a.key, name=a.name, device_info=a.device_info,
                                    templates=a.templates, parallel=a.parallel, leased=len(a.leases), peer=a.peer,
                                    seconds_since_heartbeat=now - a.last_heartbeat,
-                                   seconds_since_registered=now - a.registered_at)
+                                   seconds_since_registered=now - a.registered_at,
+                                   overdue_leases=a.overdue_leases, quarantined=a.quarantined)
                          for a in agents),
             keys=tuple(key_infos),
         )
         return fleet_to_proto(fleet)
-
-
-MAX_CONFIGS_PER_MEASURE = 256
 
 
 def _measure_configs(service: "ClientService", request: pb.MeasureRequest, context: grpc.ServicerContext):
@@ -194,6 +217,8 @@ def _measure_configs(service: "ClientService", request: pb.MeasureRequest, conte
         space = service.catalog.space(workload, target.family, DeviceInfo.from_recorded(info))
         if not 1 <= len(request.configs_json) <= MAX_CONFIGS_PER_MEASURE:
             raise InvalidRequest(f"give between 1 and {MAX_CONFIGS_PER_MEASURE} configs")
+        if any(len(text) > MAX_CONFIG_JSON_CHARS for text in request.configs_json):
+            raise InvalidRequest(f"a config must be at most {MAX_CONFIG_JSON_CHARS} characters of JSON")
         configs = [space.from_json(text) for text in request.configs_json]
         timing = timing_from_proto(request.timing) if request.HasField("timing") else TimingConfig()
         check_device_key(request.device_key)
@@ -208,6 +233,8 @@ def _measure_configs(service: "ClientService", request: pb.MeasureRequest, conte
     since = service.scheduler.now()
     try:
         while batch.remaining:
+            if service.scheduler.now() - since > MAX_MEASURE_S:
+                abort(context, TimedOut(f"measuring gave up after {MAX_MEASURE_S:g} s"))
             generation = service.scheduler.generation
             if not context.is_active():
                 return pb.MeasureReply()
@@ -222,3 +249,44 @@ def _measure_configs(service: "ClientService", request: pb.MeasureRequest, conte
         measurements=[result_to_proto("", r) for r in batch.results],
         measured_by=[r.measured_by for r in batch.results],
     )
+
+
+def _check_agent_name(name: str) -> None:
+    if len(name) > MAX_AGENT_NAME_CHARS:
+        raise InvalidRequest(f"agent name must be at most {MAX_AGENT_NAME_CHARS} characters, not {len(name)}")
+    if not name.isprintable():
+        raise InvalidRequest(f"agent name {shown(name)} must be printable text (no control or NUL characters)")
+
+
+def _check_capabilities(caps: pb.Capabilities) -> None:
+    for field, value in caps.ListFields():
+        if isinstance(value, str) and (len(value) > MAX_CAPABILITY_TEXT_CHARS or not value.isprintable()):
+            raise InvalidRequest(f"capability {field.name} must be printable text of at most "
+                                 f"{MAX_CAPABILITY_TEXT_CHARS} characters")
+        if is_repeated(field):
+            if len(value) > MAX_CAPABILITY_LIST:
+                raise InvalidRequest(f"capability {field.name} lists at most {MAX_CAPABILITY_LIST} entries")
+            if any(len(item) > MAX_CAPABILITY_TEXT_CHARS or not item.isprintable() for item in value):
+                raise InvalidRequest(f"each of capability {field.name} must be printable text of at most "
+                                     f"{MAX_CAPABILITY_TEXT_CHARS} characters")
+
+
+# What an arriving measurement may claim: more would be a broken or hostile agent.
+MAX_COST_S = 1e6
+MAX_COMPILE_TIME_S = 1e6
+
+
+def arriving_result(measurement: pb.Measurement) -> MeasureResult:
+    """The result an agent reported, checked as it arrives: one the log could not hold (an unknown
+    status, an infinite or negative cost, malformed details) becomes a failed result saying why, so
+    the job records it and goes on instead of failing."""
+    try:
+        result = result_from_proto(measurement)
+        if any(not (0 <= c <= MAX_COST_S) for c in result.costs):
+            raise ValueError(f"costs must be between 0 and {MAX_COST_S:g} s")
+        if not (0 <= result.compile_time_s <= MAX_COMPILE_TIME_S):
+            raise ValueError(f"compile time must be between 0 and {MAX_COMPILE_TIME_S:g} s")
+    except (ValueError, TypeError, json.JSONDecodeError, RecursionError) as exc:
+        return MeasureResult(MeasureStatus.RUNTIME_ERROR, message=f"the agent reported an invalid measurement: "
+                                                                  f"{str(exc)[:200]}")
+    return replace(result, message=storable_text(result.message, 4000))

@@ -23,6 +23,8 @@ class AgentInfo:
     peer: str = ""
     seconds_since_heartbeat: float = 0.0
     seconds_since_registered: float = 0.0
+    overdue_leases: int = 0  # leases it held past their deadline
+    quarantined: bool = False  # gets no more candidates (it kept missing deadlines)
 
     @property
     def device(self) -> DeviceInfo:
@@ -32,6 +34,7 @@ class AgentInfo:
         return {"agent_id": self.agent_id, "key": self.key, "name": self.name, "parallel": self.parallel,
                 "leased": self.leased, "peer": self.peer,
                 "seconds_since_heartbeat": round(self.seconds_since_heartbeat, 3),
+                "overdue_leases": self.overdue_leases, "quarantined": self.quarantined,
                 "capabilities": self.device_info}
 
 

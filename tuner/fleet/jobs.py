@@ -17,14 +17,24 @@ from typing import TYPE_CHECKING, Any, Mapping
 from measure_agent.arguments import INT32_MAX, INT64_MAX
 from measure_agent.device import DeviceKeyError, check_device_key
 from measure_agent.engine import TimingConfig
+from measure_agent.protocol.errors import shown
 from measure_agent.workload import Workload, WorkloadError, parse_workload
 
 if TYPE_CHECKING:
     from measure_agent.templates import TemplateCatalog
     from tuner.steering import TargetSpec
 
+# What one job may ask for; the daemon refuses more (docs/security.md lists every limit).
 MAX_TRIALS = 1_000_000
 MAX_PRIORITY = 1000
+MAX_WORKLOAD_CHARS = 1000  # workload and family texts
+MAX_TARGET_CHARS = 256
+MAX_PINS = 64
+MAX_CONSTRAINTS = 64
+MAX_PIN_CHARS = 1000  # one "KNOB=VALUE"
+MAX_CONSTRAINT_CHARS = 2000  # one expression
+MAX_WAIT_TIMEOUT_S = 30 * 86400.0
+MAX_TIME_BUDGET_S = 365 * 86400.0
 FINAL_STATES = ("done", "failed", "cancelled", "interrupted")
 
 
@@ -84,6 +94,11 @@ class JobSpec:
         from tuner.search import STRATEGIES
         from tuner.steering import SteeringError, parse_target, steer_space
 
+        _check_text("workload", self.workload, MAX_WORKLOAD_CHARS)
+        _check_text("family", self.family, MAX_WORKLOAD_CHARS)
+        _check_text("target", self.target, MAX_TARGET_CHARS)
+        _check_texts("pins", self.pins, MAX_PINS, MAX_PIN_CHARS)
+        _check_texts("constraints", self.constraints, MAX_CONSTRAINTS, MAX_CONSTRAINT_CHARS)
         try:
             workload = parse_workload(self.workload)
             target = parse_target(self.target or "cpu")
@@ -95,15 +110,15 @@ class JobSpec:
         except DeviceKeyError as exc:
             raise JobSpecError(str(exc)) from None
         if self.strategy not in STRATEGIES:
-            raise JobSpecError(f"unknown strategy {self.strategy!r}; choose from {', '.join(STRATEGIES)}")
+            raise JobSpecError(f"unknown strategy {shown(self.strategy)}; choose from {', '.join(STRATEGIES)}")
         _check_int("trials", self.trials, 1, MAX_TRIALS)
         _check_int("seed", self.seed, 0, INT64_MAX)
         if self.early_stopping is not None:
             _check_int("early stopping", self.early_stopping, 1, INT32_MAX)
         _check_int("priority", self.priority, -MAX_PRIORITY, MAX_PRIORITY)
-        _check_seconds("wait timeout", self.wait_timeout_s, allow_zero=True)
+        _check_seconds("wait timeout", self.wait_timeout_s, allow_zero=True, most=MAX_WAIT_TIMEOUT_S)
         if self.time_budget_s is not None:
-            _check_seconds("time budget", self.time_budget_s, allow_zero=False)
+            _check_seconds("time budget", self.time_budget_s, allow_zero=False, most=MAX_TIME_BUDGET_S)
         if not isinstance(self.timing, TimingConfig):
             raise JobSpecError("timing must be a TimingConfig")
         _check_timing(self.timing)
@@ -207,26 +222,46 @@ class JobStatus:
 
 
 # -- checks -----------------------------------------------------------------------------------------
+def _check_text(name: str, value: Any, most: int) -> None:
+    if not isinstance(value, str):
+        raise JobSpecError(f"{name} must be text, not {type(value).__name__}")
+    if len(value) > most:
+        raise JobSpecError(f"{name} must be at most {most} characters, not {len(value)}")
+    if "\x00" in value:
+        raise JobSpecError(f"{name} must not contain NUL characters")
+
+
+def _check_texts(name: str, values: Any, count: int, most: int) -> None:
+    if not isinstance(values, (tuple, list)):
+        raise JobSpecError(f"{name} must be a list of texts")
+    if len(values) > count:
+        raise JobSpecError(f"at most {count} {name}, not {len(values)}")
+    for value in values:
+        _check_text(f"each of the {name}", value, most)
+
+
 def _check_int(name: str, value: Any, low: int, high: int) -> None:
     if type(value) is not int or not low <= value <= high:
-        raise JobSpecError(f"{name} must be an integer from {low} to {high}, not {value!r}")
+        raise JobSpecError(f"{name} must be an integer from {low} to {high}, not {shown(value)}")
 
 
-def _check_seconds(name: str, value: Any, *, allow_zero: bool) -> None:
+def _check_seconds(name: str, value: Any, *, allow_zero: bool, most: float = math.inf) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise JobSpecError(f"{name} must be a finite number of seconds, not {value!r}")
+        raise JobSpecError(f"{name} must be a finite number of seconds, not {shown(value)}")
     if value < 0:
         raise JobSpecError(f"{name} must not be negative, not {value!r}")
     if value == 0 and not allow_zero:
         raise JobSpecError(f"{name} must be more than 0 seconds")
+    if value > most:
+        raise JobSpecError(f"{name} must be at most {most:g} seconds, not {value!r}")
 
 
 def _check_timing(timing: TimingConfig) -> None:
-    for name in ("number", "repeat", "warmup"):
-        _check_int(f"timing {name}", getattr(timing, name), 0 if name == "warmup" else 1, INT32_MAX)
-    _check_seconds("timing min_repeat_ms", timing.min_repeat_ms, allow_zero=True)
-    _check_seconds("build timeout", timing.build_timeout_s, allow_zero=False)
-    _check_seconds("run timeout", timing.run_timeout_s, allow_zero=False)
+    """TimingConfig checks its own bounds when made; this catches one made around them."""
+    try:
+        TimingConfig(**asdict(timing))
+    except (TypeError, ValueError) as exc:
+        raise JobSpecError(str(exc)) from None
 
 
 def _checked_family(text: str, workload: Workload) -> str:

@@ -277,6 +277,12 @@ def _require_key(name: str, value: Any) -> None:
         raise RecordError(f"{name} must be a non-empty string without surrounding spaces, not {value!r}")
 
 
+def storable_text(value: Any, most: int) -> str:
+    """``value`` as text every backend can hold (no NUL, no lone surrogate), at most ``most`` characters."""
+    text = str(value).replace("\x00", "").encode("utf-8", "replace").decode("utf-8")
+    return text[:most]
+
+
 def _require_storable_text(name: str, value: Any) -> None:
     # PostgreSQL text cannot hold NUL and no database takes lone surrogates; refusing them on every
     # backend keeps a log movable between backends.

@@ -244,17 +244,23 @@ class JobStatus(_message.Message):
     def __init__(self, job_id: _Optional[int] = ..., state: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., done: _Optional[int] = ..., measured_now: _Optional[int] = ..., errors: _Optional[int] = ..., best_mean_s: _Optional[float] = ..., best_config_json: _Optional[str] = ..., default_mean_s: _Optional[float] = ..., default_status: _Optional[str] = ..., stopped_early: bool = ..., queued_candidates: _Optional[int] = ..., leased_candidates: _Optional[int] = ..., message: _Optional[str] = ..., created_at: _Optional[float] = ..., flops: _Optional[float] = ...) -> None: ...
 
 class ListJobsRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("after_job_id", "page_size")
+    AFTER_JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    after_job_id: int
+    page_size: int
+    def __init__(self, after_job_id: _Optional[int] = ..., page_size: _Optional[int] = ...) -> None: ...
 
 class JobList(_message.Message):
-    __slots__ = ("jobs",)
+    __slots__ = ("jobs", "more")
     JOBS_FIELD_NUMBER: _ClassVar[int]
+    MORE_FIELD_NUMBER: _ClassVar[int]
     jobs: _containers.RepeatedCompositeFieldContainer[JobStatus]
-    def __init__(self, jobs: _Optional[_Iterable[_Union[JobStatus, _Mapping]]] = ...) -> None: ...
+    more: bool
+    def __init__(self, jobs: _Optional[_Iterable[_Union[JobStatus, _Mapping]]] = ..., more: bool = ...) -> None: ...
 
 class AgentInfo(_message.Message):
-    __slots__ = ("agent_id", "key", "name", "capabilities", "last_heartbeat", "registered_at", "parallel", "leased", "peer")
+    __slots__ = ("agent_id", "key", "name", "capabilities", "last_heartbeat", "registered_at", "parallel", "leased", "peer", "overdue_leases", "quarantined")
     AGENT_ID_FIELD_NUMBER: _ClassVar[int]
     KEY_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
@@ -264,6 +270,8 @@ class AgentInfo(_message.Message):
     PARALLEL_FIELD_NUMBER: _ClassVar[int]
     LEASED_FIELD_NUMBER: _ClassVar[int]
     PEER_FIELD_NUMBER: _ClassVar[int]
+    OVERDUE_LEASES_FIELD_NUMBER: _ClassVar[int]
+    QUARANTINED_FIELD_NUMBER: _ClassVar[int]
     agent_id: str
     key: str
     name: str
@@ -273,7 +281,9 @@ class AgentInfo(_message.Message):
     parallel: int
     leased: int
     peer: str
-    def __init__(self, agent_id: _Optional[str] = ..., key: _Optional[str] = ..., name: _Optional[str] = ..., capabilities: _Optional[_Union[Capabilities, _Mapping]] = ..., last_heartbeat: _Optional[float] = ..., registered_at: _Optional[float] = ..., parallel: _Optional[int] = ..., leased: _Optional[int] = ..., peer: _Optional[str] = ...) -> None: ...
+    overdue_leases: int
+    quarantined: bool
+    def __init__(self, agent_id: _Optional[str] = ..., key: _Optional[str] = ..., name: _Optional[str] = ..., capabilities: _Optional[_Union[Capabilities, _Mapping]] = ..., last_heartbeat: _Optional[float] = ..., registered_at: _Optional[float] = ..., parallel: _Optional[int] = ..., leased: _Optional[int] = ..., peer: _Optional[str] = ..., overdue_leases: _Optional[int] = ..., quarantined: bool = ...) -> None: ...
 
 class KeyInfo(_message.Message):
     __slots__ = ("key", "agents", "busy_agents", "queued_candidates", "leased_candidates", "jobs")

@@ -1,0 +1,311 @@
+"""The daemon holds against hostile clients and faulty agents: bounded input, lease deadlines,
+results checked on arrival, client calls that cannot starve agents, bounded memory."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import grpc
+import pytest
+
+from measure_agent.device import detect_device
+from measure_agent.engine import MeasureResult, MeasureStatus, MeasureInput, TimingConfig
+from measure_agent.protocol import PROTOCOL_VERSION
+from measure_agent.protocol.convert import capabilities_to_proto, result_to_proto
+from measure_agent.protocol.errors import Busy, InvalidRequest
+from measure_agent.protocol.v1 import fleet_pb2 as pb
+from measure_agent.protocol.v1 import fleet_pb2_grpc as pb_grpc
+from measure_agent.templates import testing_catalog
+from measure_agent.workload import parse_workload
+from tuner.daemon import FleetClient
+from tuner.daemon import jobs as daemon_jobs
+from tuner.daemon import service as daemon_service
+from tuner.daemon.client import spec_to_proto
+from tuner.daemon.limits import OVERDUE_LEASES_TO_QUARANTINE, ClientCallLimiter, ClientCallsFull
+from tuner.daemon.scheduler import Scheduler
+from tuner.fleet import JobSpec
+from tuner.log import TuningLog
+
+from fleet_helpers import start_daemon, wait_for
+
+pytestmark = pytest.mark.timeout(120)
+FAST = TimingConfig(repeat=1, warmup=0, run_timeout_s=5, build_timeout_s=5)
+SLEEP_JOB = JobSpec("matmul(M=2,N=2,K=1)", "fake", target="sleep", strategy="random", trials=6, timing=FAST)
+
+
+@pytest.fixture()
+def log(tmp_path):
+    with TuningLog(f"sqlite:///{tmp_path / 'hard.db'}") as opened:
+        yield opened
+
+
+class FakeAgent:
+    """An agent over the raw protocol (no engine): it reports ``cost_of(candidate_number)`` seconds,
+    or a malformed measurement where that returns a Measurement message."""
+
+    def __init__(self, address: str, key: str = "fake", name: str = "fake-1", cost_of=lambda n: 1e-3) -> None:
+        self.channel = grpc.insecure_channel(address)
+        self.stub = pb_grpc.AgentServiceStub(self.channel)
+        caps = capabilities_to_proto(detect_device(), "test", testing_catalog().version, [])
+        self.agent_id = self.stub.Register(pb.RegisterRequest(key=key, name=name, capabilities=caps,
+                                                               protocol_version=PROTOCOL_VERSION,
+                                                               parallel=1)).agent_id
+        self.cost_of = cost_of
+        self.reported = 0
+        self._stop = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.stub.Heartbeat(pb.HeartbeatRequest(agent_id=self.agent_id), timeout=5)
+                reply = self.stub.Lease(pb.LeaseRequest(agent_id=self.agent_id, max_candidates=2, wait_s=0.2),
+                                        timeout=5)
+                for candidate in reply.candidates:
+                    outcome = self.cost_of(self.reported)
+                    self.reported += 1
+                    if isinstance(outcome, pb.Measurement):
+                        outcome.lease_id = candidate.lease_id
+                        measurement = outcome
+                    else:
+                        measurement = result_to_proto(candidate.lease_id, MeasureResult(MeasureStatus.OK,
+                                                                                        costs=(outcome,)))
+                    self.stub.Report(pb.ReportRequest(agent_id=self.agent_id, measurements=[measurement]), timeout=5)
+            except grpc.RpcError:
+                if self._stop.is_set():
+                    return
+                time.sleep(0.1)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.thread.join(timeout=10)
+        self.channel.close()
+
+
+def _raw_submit(address: str, message: pb.JobSpec) -> grpc.RpcError:
+    with grpc.insecure_channel(address) as channel:
+        with pytest.raises(grpc.RpcError) as caught:
+            pb_grpc.ClientServiceStub(channel).SubmitJob(message, timeout=30)
+    return caught.value
+
+
+# -- 1. every input from the network is bounded -------------------------------------------------------
+@pytest.mark.parametrize("timing, message", [
+    (dict(number=2**31 - 1), "timing number must be at most"),
+    (dict(repeat=2**31 - 1), "timing repeat must be at most"),
+    (dict(run_timeout_s=float("inf")), "timing run_timeout_s must be a finite number"),
+    (dict(build_timeout_s=1e300), "timing build_timeout_s must be at most"),
+    (dict(min_repeat_ms=float("nan")), "timing min_repeat_ms must be a finite number"),
+])
+def test_timing_beyond_its_limits_is_refused_at_submit(log, timing, message):
+    daemon = start_daemon(log)
+    try:
+        request = spec_to_proto(SLEEP_JOB)
+        for name, value in timing.items():
+            setattr(request.timing, name, value)
+        error = _raw_submit(daemon.address, request)
+        assert error.code() == grpc.StatusCode.INVALID_ARGUMENT and message in error.details()
+        assert "\n" not in error.details() and log.jobs() == []
+    finally:
+        daemon.stop()
+
+
+def test_agents_clamp_the_timing_they_receive():
+    from measure_agent.protocol.convert import timing_from_proto
+
+    hostile = pb.Timing(number=2**31 - 1, repeat=2**31 - 1, run_timeout_s=float("inf"), build_timeout_s=1e300,
+                        min_repeat_ms=float("nan"), warmup=2**31 - 1)
+    clamped = timing_from_proto(hostile, clamp=True)
+    assert clamped.number == 1_000_000 and clamped.repeat == 1000 and clamped.warmup == 1000
+    assert clamped.run_timeout_s == 3600 and clamped.build_timeout_s == 3600 and clamped.min_repeat_ms == 0
+    with pytest.raises(ValueError):
+        timing_from_proto(hostile)
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(workload="matmul(M=2,N=2,K=1)" + "x" * 5000), "workload must be at most 1000 characters"),
+    (dict(device_key="k" * 100_000), "invalid device key"),
+    (dict(pins=["variant=1"] * 100), "at most 64 pins"),
+    (dict(constraints=["variant < 5 " + " " * 5000]), "at most 2000 characters"),
+    (dict(priority=2**31 - 1), "priority must be an integer from -1000 to 1000"),
+    (dict(wait_timeout_s=float("inf")), "wait timeout must be a finite number"),
+])
+def test_oversized_job_fields_are_refused_with_the_limit_and_a_short_echo(log, change, message):
+    daemon = start_daemon(log)
+    try:
+        request = spec_to_proto(SLEEP_JOB)
+        for name, value in change.items():
+            if isinstance(value, list):
+                getattr(request, name).extend(value)
+            else:
+                setattr(request, name, value)
+        error = _raw_submit(daemon.address, request)
+        assert error.code() == grpc.StatusCode.INVALID_ARGUMENT and message in error.details()
+        assert len(error.details()) < 400 and "\n" not in error.details()  # the input is not echoed whole
+    finally:
+        daemon.stop()
+
+
+@pytest.mark.parametrize("name, message", [
+    ("a" * 3_000_000, "agent name must be at most 128 characters"),
+    ("evil\x00name", "must be printable text"),
+])
+def test_agent_names_are_checked_at_registration(log, name, message):
+    daemon = start_daemon(log)
+    try:
+        caps = capabilities_to_proto(detect_device(), "test", testing_catalog().version, [])
+        with grpc.insecure_channel(daemon.address) as channel:
+            with pytest.raises(grpc.RpcError) as caught:
+                pb_grpc.AgentServiceStub(channel).Register(pb.RegisterRequest(
+                    key="k", name=name, capabilities=caps, protocol_version=PROTOCOL_VERSION, parallel=1), timeout=30)
+        assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT and message in caught.value.details()
+        assert daemon.scheduler.agents() == []
+    finally:
+        daemon.stop()
+
+
+# -- 2. every lease has a deadline; an agent that keeps missing them is quarantined ------------------------
+def test_a_lease_past_its_deadline_goes_to_another_agent_and_repeat_offenders_are_quarantined():
+    now = [0.0]
+    scheduler = Scheduler(heartbeat_interval_s=1.0, agent_timeout_s=5.0, clock=lambda: now[0])
+    stuck = scheduler.register("k", "stuck", {}, parallel=1)
+    workload = parse_workload("matmul(M=2,N=2,K=1)")
+    space = testing_catalog().get("matmul", "sleep").space(workload)
+    timing = TimingConfig(build_timeout_s=2, run_timeout_s=1)
+    batch = scheduler.submit("k", 1, 0, [MeasureInput(workload, space.make({"variant": i}), "sleep")
+                                         for i in range(OVERDUE_LEASES_TO_QUARANTINE + 1)], timing)
+    for round_ in range(OVERDUE_LEASES_TO_QUARANTINE):
+        [lease] = scheduler.lease(stuck.agent_id, 1, 0)
+        assert lease.deadline is not None and lease.deadline - now[0] < 120  # follows from the timing
+        deadline = lease.deadline
+        while now[0] <= deadline:  # it is alive (heartbeats), it just never reports
+            now[0] += 1.0
+            assert scheduler.heartbeat(stuck.agent_id)
+        assert lease.deadline is None  # taken back
+        assert not scheduler.report(stuck.agent_id, lease.lease_id, MeasureResult(MeasureStatus.OK, costs=(1.0,)))
+    assert stuck.quarantined and stuck.overdue_leases == OVERDUE_LEASES_TO_QUARANTINE
+    assert scheduler.lease(stuck.agent_id, 4, 0) == []  # no more work for it
+    healthy = scheduler.register("k", "healthy", {}, parallel=1)
+    taken = scheduler.lease(healthy.agent_id, 8, 0)
+    assert len(taken) == OVERDUE_LEASES_TO_QUARANTINE + 1  # nothing was lost
+    for candidate in taken:
+        assert scheduler.report(healthy.agent_id, candidate.lease_id, MeasureResult(MeasureStatus.OK, costs=(1.0,)))
+    assert batch.remaining == 0
+    assert scheduler.parallelism("k") == 1  # the quarantined agent does not count as capacity
+
+
+def test_quarantined_agents_are_shown_by_tuner_agents(log, capsys):
+    from tuner.cli import main
+
+    daemon = start_daemon(log)
+    try:
+        agent = daemon.scheduler.register("k", "stuck", {}, parallel=1)
+        agent.quarantined, agent.overdue_leases = True, 3
+        assert main(["agents", "--tracker", daemon.address]) == 0
+        assert "QUARANTINED (3 leases not reported in time" in capsys.readouterr().out
+        with FleetClient(daemon.address) as client:
+            [shown] = client.agents().agents
+        assert shown.quarantined and shown.overdue_leases == 3
+    finally:
+        daemon.stop()
+
+
+# -- 5. a bad result never fails a job -------------------------------------------------------------------
+def test_bad_results_become_failed_trials_and_the_job_finishes_its_budget(log):
+    bad = {0: pb.Measurement(status="ok", costs=[float("inf")]),
+           1: pb.Measurement(status="ok", costs=[1e-3], compile_time_s=-5.0),
+           2: pb.Measurement(status="exploded"),
+           3: pb.Measurement(status="ok", costs=[1e-3], details_json="[" * 100_000)}
+    daemon = start_daemon(log)
+    agent = FakeAgent(daemon.address, cost_of=lambda n: bad.get(n, 1e-3 * (n + 1)))
+    try:
+        with FleetClient(daemon.address) as client:
+            job = client.submit(SLEEP_JOB)
+            final = list(client.watch(job.job_id))[-1]
+        assert final.state == "done" and final.done == SLEEP_JOB.trials
+        trials = log.trials(job_id=job.job_id)
+        assert len(trials) == SLEEP_JOB.trials
+        failed = [t for t in trials if t.status != "ok"]
+        assert len(failed) == len(bad) and all("invalid measurement" in t.message for t in failed)
+        assert daemon.scheduler.job_counts(job.job_id) == (0, 0)  # nothing left queued or leased
+    finally:
+        agent.stop()
+        daemon.stop()
+
+
+# -- 4. agents are never starved by clients ---------------------------------------------------------------
+def test_the_limiter_counts_calls_overall_and_per_host():
+    limiter = ClientCallLimiter(total=3, per_peer=2)
+    with limiter.call("ipv4:10.0.0.1:5000"), limiter.call("ipv4:10.0.0.1:5001"):
+        with pytest.raises(ClientCallsFull, match="from one host"):
+            with limiter.call("ipv4:10.0.0.1:6000"):
+                pass
+        with limiter.call("ipv4:10.0.0.2:5000"):
+            with pytest.raises(ClientCallsFull, match="serving 3 client calls"):
+                with limiter.call("ipv4:10.0.0.3:5000"):
+                    pass
+    assert limiter.busy == 0
+
+
+def test_hundreds_of_open_client_calls_do_not_starve_the_agents(log):
+    daemon = start_daemon(log, heartbeat_interval_s=0.3, agent_timeout_s=2.0)
+    agent = FakeAgent(daemon.address, cost_of=lambda n: 1e-3 * (n + 1))
+    clients = [FleetClient(daemon.address, timeout_s=60) for _ in range(8)]
+    outcomes: list[str] = []
+
+    def hang(client: FleetClient) -> None:  # a Measure for a key no agent serves: it would wait
+        try:
+            client.measure("matmul(M=2,N=2,K=1)", "nobody", ['{"variant": 1}'], target="sleep")
+            outcomes.append("answered")
+        except Busy:
+            outcomes.append("busy")
+        except Exception as exc:  # noqa: BLE001 - the channel closed under it at the end
+            outcomes.append(type(exc).__name__)
+
+    threads = [threading.Thread(target=hang, args=(clients[i % len(clients)],), daemon=True) for i in range(300)]
+    try:
+        with FleetClient(daemon.address) as client:
+            job = client.submit(SLEEP_JOB)
+        for thread in threads:
+            thread.start()
+        wait_for(lambda: outcomes.count("busy") >= 300 - 16, what="calls beyond the limit refused", timeout_s=60)
+        # while the flood holds every client slot it may, the agent still heartbeats, leases and reports
+        wait_for(lambda: daemon.jobs.get(job.job_id).state == "done", what="the job finished", timeout_s=60)
+        assert daemon.jobs.get(job.job_id).done == SLEEP_JOB.trials
+        assert [a.name for a in daemon.scheduler.agents()] == ["fake-1"]  # never presumed dead
+        assert daemon.scheduler.expired_leases == 0
+    finally:
+        for client in clients:
+            client.close()
+        for thread in threads:
+            thread.join(timeout=30)
+        agent.stop()
+    try:
+        with FleetClient(daemon.address) as client:  # the flood is over: the slots are free again
+            assert client.job(job.job_id).state == "done"
+    finally:
+        daemon.stop()
+
+
+# -- 7. bounded memory -----------------------------------------------------------------------------------
+def test_finished_jobs_leave_memory_and_jobs_are_listed_in_pages(log, monkeypatch):
+    monkeypatch.setattr(daemon_jobs, "FINISHED_JOBS_KEPT", 2)
+    monkeypatch.setattr(daemon_service, "MAX_LISTED_JOBS", 1)
+    daemon = start_daemon(log)
+    agent = FakeAgent(daemon.address)
+    try:
+        with FleetClient(daemon.address) as client:
+            ids = []
+            for k in range(1, 5):
+                job = client.submit(JobSpec(f"matmul(M=2,N=2,K={k})", "fake", target="sleep", strategy="random",
+                                            trials=2, timing=FAST))
+                assert list(client.watch(job.job_id))[-1].state == "done"
+                ids.append(job.job_id)
+            assert [j.job_id for j in client.jobs()] == ids[-2:]  # two pages of one
+            old = client.job(ids[0])  # forgotten by memory, served from the log
+            assert old.state == "done" and old.done == 2 and old.best_mean_s is not None
+    finally:
+        agent.stop()
+        daemon.stop()
