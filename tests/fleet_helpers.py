@@ -5,8 +5,17 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 
+import grpc
+
+from measure_agent.device import detect_device
+from measure_agent.engine import MeasureResult, MeasureStatus
+from measure_agent.protocol import PROTOCOL_VERSION
+from measure_agent.protocol.convert import capabilities_to_proto, result_to_proto
+from measure_agent.protocol.v1 import fleet_pb2 as pb
+from measure_agent.protocol.v1 import fleet_pb2_grpc as pb_grpc
 from measure_agent.templates import testing_catalog
 from tuner.daemon import Daemon
 
@@ -68,3 +77,47 @@ def start_daemon_process(db_url: str, port: int, env=None) -> subprocess.Popen:
          "--templates", "testing", "--heartbeat-interval", "0.3", "--agent-timeout", "2"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
     )
+
+
+class FakeAgent:
+    """An agent over the raw protocol (no engine): it reports ``cost_of(candidate_number)`` seconds,
+    or a malformed measurement where that returns a Measurement message."""
+
+    def __init__(self, address: str, key: str = "fake", name: str = "fake-1", cost_of=lambda n: 1e-3) -> None:
+        self.channel = grpc.insecure_channel(address)
+        self.stub = pb_grpc.AgentServiceStub(self.channel)
+        caps = capabilities_to_proto(detect_device(), "test", testing_catalog().version, [])
+        self.agent_id = self.stub.Register(pb.RegisterRequest(key=key, name=name, capabilities=caps,
+                                                               protocol_version=PROTOCOL_VERSION,
+                                                               parallel=1)).agent_id
+        self.cost_of = cost_of
+        self.reported = 0
+        self._stop = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.stub.Heartbeat(pb.HeartbeatRequest(agent_id=self.agent_id), timeout=5)
+                reply = self.stub.Lease(pb.LeaseRequest(agent_id=self.agent_id, max_candidates=2, wait_s=0.2),
+                                        timeout=5)
+                for candidate in reply.candidates:
+                    outcome = self.cost_of(self.reported)
+                    self.reported += 1
+                    if isinstance(outcome, pb.Measurement):
+                        outcome.lease_id = candidate.lease_id
+                        measurement = outcome
+                    else:
+                        measurement = result_to_proto(candidate.lease_id, MeasureResult(MeasureStatus.OK,
+                                                                                        costs=(outcome,)))
+                    self.stub.Report(pb.ReportRequest(agent_id=self.agent_id, measurements=[measurement]), timeout=5)
+            except grpc.RpcError:
+                if self._stop.is_set():
+                    return
+                time.sleep(0.1)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.thread.join(timeout=10)
+        self.channel.close()

@@ -18,7 +18,7 @@ from measure_agent.engine import MeasureInput, MeasureResult, MeasureStatus
 from measure_agent.space import Config
 from measure_agent.templates import TemplateCatalog
 from measure_agent.workload import Workload
-from tuner.log import TrialRecord, TuningLog, exact_best_config
+from tuner.log import LogUnavailable, TrialRecord, TuningLog, exact_best_config
 from tuner.log.records import RecordError, storable_text
 from tuner.measure import MeasurementAborted, Measurer
 from tuner.search import Observation, make_strategy
@@ -104,8 +104,10 @@ class TuningJob:
         options: TuneOptions = TuneOptions(),
         on_progress: Callable[[Progress], None] | None = None,
         job_id: int | None = None,
+        on_note: Callable[[str], None] | None = None,
     ) -> None:
-        """``job_id``: a job already created in ``log`` (the daemon creates it when submitted)."""
+        """``job_id``: a job already created in ``log`` (the daemon creates it when submitted);
+        ``on_note`` hears when the log goes away (results are held and retried) and comes back."""
         self.workload = workload
         self.measurer = measurer
         self.log = log
@@ -118,6 +120,7 @@ class TuningJob:
         self.space = steer_space(full_space, options.pins, options.constraints)
         self.default_config = self.template.default_config(workload, full_space)
         self.on_progress = on_progress or (lambda progress: None)
+        self.on_note = on_note or (lambda note: None)
         self.job_id = job_id
 
     def run(self) -> TuneSummary:
@@ -144,6 +147,7 @@ class TuningJob:
         # the default is measured for the speed-up report, unless the user's pins exclude it
         pending_default = self.default_config.digest not in measured and self.space.is_valid(self.default_config)
         in_flight: set[str] = set()
+        unlogged = _HeldResults(self.log, self.on_note)  # measured, not yet in the log (it is away)
         final_status: str | None = "failed"
         try:
             while True:
@@ -151,11 +155,12 @@ class TuningJob:
                 # parallelism (one batch measuring, the next leased ahead), plus a queue for the
                 # agent that asks next. Refill in chunks of half the parallelism so the strategy
                 # proposes in batches. A fleet's parallelism changes as agents come and go.
+                # While the log is away nothing new is proposed: what is measured waits in memory.
                 parallelism = self.measurer.parallelism
                 window = opts.batch_size or max(4, 3 * parallelism)
                 chunk = window // 2 if opts.batch_size else max(1, parallelism // 2)
                 room = min(window - len(in_flight), opts.trials - len(measured) - len(in_flight))
-                if not stopped_early and room > 0 and len(in_flight) <= window - chunk:
+                if not stopped_early and not unlogged and room > 0 and len(in_flight) <= window - chunk:
                     batch: list[Config] = []
                     if pending_default:
                         batch.append(self.default_config)
@@ -164,13 +169,15 @@ class TuningJob:
                     batch += [c for c in strategy.propose(room - len(batch)) if c.digest not in measured]
                     self.measurer.submit([MeasureInput(self.workload, c, opts.target) for c in batch])
                     in_flight.update(c.digest for c in batch)
-                if not in_flight:
+                if not in_flight and not unlogged:
                     break  # budget reached, space exhausted, or stopped early and drained
-                arrived = self.measurer.collect(timeout_s=1.0)
-                if not arrived:
-                    continue
+                arrived = self.measurer.collect(timeout_s=1.0) if in_flight else []
                 records = [self._record(job_id, item.config, result) for item, result in arrived]
-                self.log.record_trials(records)  # one transaction per arrival group
+                unlogged.write(records)  # one transaction per arrival group, or held for a retry
+                if not arrived:
+                    if not in_flight:
+                        unlogged.wait()
+                    continue
                 strategy.observe([self._observation(r) for r in records])
                 for item, result in arrived:
                     in_flight.discard(item.config.digest)
@@ -196,7 +203,7 @@ class TuningJob:
             raise
         finally:
             if final_status is not None:  # None: interrupted, left running to be resumed
-                self.log.finish_job(job_id, final_status)
+                unlogged.retrying(lambda: self.log.finish_job(job_id, final_status), attempts=5)
         # the answer `tuner best` gives: the fastest config the installed template accepts
         best = exact_best_config(self.log, self.workload, key[1], opts.target, catalog=self.catalog)
         default_records = [
@@ -248,3 +255,56 @@ class TuningJob:
                 self.workload.key, self.measurer.device_key, self.options.target, config.to_json(), failed,
                 agent=storable_text(agent, 128), template_version=self.measurer.template_version, job_id=job_id,
             )
+
+
+class _HeldResults:
+    """Results measured while the tuning log is away (:class:`LogUnavailable`), held in memory and
+    written with capped exponential backoff; at most the loop's in-flight window, since nothing new
+    is proposed while any are held. Inserts are idempotent, so a write that reached the database
+    before its connection dropped is not recorded twice when retried."""
+
+    FIRST_BACKOFF_S = 0.5
+    MAX_BACKOFF_S = 30.0
+
+    def __init__(self, log: TuningLog, on_note: Callable[[str], None]) -> None:
+        self.log = log
+        self.on_note = on_note
+        self.held: list[TrialRecord] = []
+        self._backoff = self.FIRST_BACKOFF_S
+        self._next_try = 0.0
+
+    def __bool__(self) -> bool:
+        return bool(self.held)
+
+    def write(self, records: list[TrialRecord]) -> None:
+        self.held += records
+        if not self.held or time.monotonic() < self._next_try:
+            return
+        try:
+            self.log.record_trials(self.held)
+        except LogUnavailable as exc:
+            self._next_try = time.monotonic() + self._backoff
+            self.on_note(f"the tuning log is unavailable ({exc}); holding {len(self.held)} results, "
+                         f"retrying in {self._backoff:g} s")
+            self._backoff = min(self.MAX_BACKOFF_S, self._backoff * 2)
+            return
+        if self._backoff > self.FIRST_BACKOFF_S:
+            self.on_note("")  # the log is back
+        self.held = []
+        self._backoff = self.FIRST_BACKOFF_S
+        self._next_try = 0.0
+
+    def wait(self) -> None:
+        """Sleep until the next write may be tried (nothing else to do meanwhile)."""
+        time.sleep(max(0.0, min(1.0, self._next_try - time.monotonic())))
+
+    def retrying(self, action: Callable[[], object], attempts: int) -> None:
+        """``action`` (a small write), retried while the log is away, ``attempts`` times at most."""
+        for attempt in range(attempts):
+            try:
+                action()
+                return
+            except LogUnavailable:
+                if attempt == attempts - 1:
+                    raise
+                time.sleep(min(self.MAX_BACKOFF_S, self.FIRST_BACKOFF_S * 2 ** attempt))

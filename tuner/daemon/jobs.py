@@ -20,7 +20,7 @@ from tuner.daemon.limits import FINISHED_JOBS_KEPT
 from tuner.daemon.scheduler import Scheduler
 from tuner.fleet.jobs import JobSpec, JobSpecError, JobStatus
 from tuner.job import Progress, TuneOptions, TuningJob
-from tuner.log import JobRecord, NotFoundError, TuningLog, exact_best_config
+from tuner.log import JobRecord, NotFoundError, TuningLog, TuningLogError, exact_best_config
 from tuner.measure import MeasurementAborted
 
 logger = logging.getLogger("tunefleet.daemon")
@@ -225,6 +225,14 @@ class JobManager:
                 self._forget_old_finished(job.status.job_id)
             self._changed.notify_all()
 
+    def _finish_in_log(self, job_id: int, status: str) -> None:
+        """Record how a job ended; when the log is away that cannot wait: clients are told the
+        state at once, and a job the log still holds as running resumes at the next start."""
+        try:
+            self.log.finish_job(job_id, status)
+        except TuningLogError as exc:
+            logger.warning("job %d %s, but the tuning log could not record it: %s", job_id, status, exc)
+
     def _forget_old_finished(self, job_id: int) -> None:
         """Keep the last FINISHED_JOBS_KEPT finished jobs in memory (with their final message);
         older ones are served from the log, so memory does not grow with every job ever run."""
@@ -259,17 +267,18 @@ class JobManager:
                 measurer.wait_for_device()
             except MeasurementAborted as exc:
                 if exc.job_status is not None:  # cancelled or timed out, not a stopping daemon
-                    self.log.finish_job(job_id, exc.job_status)
+                    self._finish_in_log(job_id, exc.job_status)
                 raise
             tuning = TuningJob(spec.parsed_workload, measurer, self.log, self.catalog, TuneOptions.from_spec(spec),
-                               on_progress=on_progress, job_id=job_id)
+                               on_progress=on_progress, job_id=job_id,
+                               on_note=lambda note: self._update(job, message=note))
             summary = tuning.run()
         except MeasurementAborted as exc:
             self._update(job, state=exc.job_status or "interrupted", message=str(exc))
             return
         except Exception as exc:  # noqa: BLE001 - a job's failure must not take the daemon down
-            self.log.finish_job(job_id, "failed")
             self._update(job, state="failed", message=f"{type(exc).__name__}: {exc}")
+            self._finish_in_log(job_id, "failed")
             return
         self._update(
             job,

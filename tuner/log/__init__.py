@@ -46,6 +46,7 @@ from tuner.log.records import (
     TrialRecord,
 )
 from tuner.log.schema import FINAL_JOB_STATUSES, JOB_STATUSES
+from tuner.log.database import LogUnavailable
 from tuner.log.storage import NotFoundError, PruneSummary, TuningLog, TuningLogError, is_device_pattern
 
 __all__ = [
@@ -74,6 +75,7 @@ __all__ = [
     "TrialRecord",
     "TuningLog",
     "TuningLogError",
+    "LogUnavailable",
     "exact_best_config",
     "export_best",
     "export_trials",

@@ -17,7 +17,7 @@ from typing import Any, Iterator
 
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
 
 SQLITE_BUSY_TIMEOUT_S = 30
 PG_CONNECT_TIMEOUT_S = 10
@@ -27,6 +27,11 @@ IMMEDIATE = "tunefleet_begin_immediate"
 
 class TuningLogError(Exception):
     """The tuning log cannot do what was asked. The message is one line, fit for a user."""
+
+
+class LogUnavailable(TuningLogError):
+    """The database is away for now (connection lost or refused, locked past the busy timeout,
+    disk full): the same call may succeed later, so writers that must not lose data retry it."""
 
 
 def create_log_engine(url: str) -> Engine:
@@ -61,6 +66,8 @@ def guard(action: str, display_url: str) -> Iterator[None]:
         yield
     except TuningLogError:
         raise
+    except (OperationalError, InterfaceError, sqlite3.OperationalError, sqlite3.InterfaceError) as exc:
+        raise LogUnavailable(f"cannot {action} at {display_url}: {one_line(exc)}") from None
     except (SQLAlchemyError, sqlite3.Error) as exc:
         raise TuningLogError(f"cannot {action} at {display_url}: {one_line(exc)}") from None
 
