@@ -2,7 +2,10 @@
 ``measure-agent`` command line in them (systemd ExecStart, Dockerfile CMD/ENTRYPOINT/HEALTHCHECK, compose
 ``command``, Kubernetes ``command``/``args``/probes, the README's shell examples) parses with the real
 argparse parsers and names only real flags, spelled out. Units go through ``systemd-analyze verify``
-when it is installed. Nothing is built or started."""
+when it is installed. The files are secure by default: every daemon, agent and client in them uses TLS
+and tokens, secrets come from files (compose secrets, Kubernetes Secret volumes, systemd credentials)
+and no password is written out. Nothing is built or started, except by the test of
+``deploy/make-certs.sh``: it makes certificates and runs a daemon on loopback with them."""
 
 from __future__ import annotations
 
@@ -14,7 +17,10 @@ import os
 import re
 import shlex
 import shutil
+import socket
+import stat
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,8 +38,9 @@ IMAGE_DOCKERFILES = {
     "tunefleet-agent-jetson": "Dockerfile.agent-jetson",
 }
 PLACEHOLDER = "placeholder"
+CREDENTIALS_DIRECTORY = "/run/credentials/unit.service"
 SYSTEMD_SPECIFIERS = {"i": "test-key", "I": "test-key", "H": "test-host", "n": "unit.service", "N": "unit",
-                      "p": "unit", "u": "user", "h": "/home/user", "%": "%"}
+                      "p": "unit", "u": "user", "h": "/home/user", "d": CREDENTIALS_DIRECTORY, "%": "%"}
 SHELL_OPERATORS = ("&&", "||", "|", ";", "&", ">", ">>", "<", "2>")
 
 
@@ -117,12 +124,11 @@ def test_every_yaml_file_parses():
 
 def test_compose_services():
     services = compose()["services"]
-    assert set(services) == {"daemon", "postgres", "agent-cpu"}
+    assert set(services) == {"daemon", "postgres", "agent-cpu", "prometheus"}
     assert services["postgres"]["image"].startswith("postgres:")
     assert services["daemon"]["depends_on"]["postgres"]["condition"] == "service_healthy"
-    command = services["daemon"]["command"]
-    assert command[0] == "daemon"
-    assert command[command.index("--db") + 1].startswith("postgresql+psycopg://")
+    assert services["daemon"]["command"][0] == "daemon"
+    assert services["daemon"]["environment"]["TUNEFLEET_DB"].startswith("postgresql+psycopg://")
     assert services["daemon"]["build"]["dockerfile"] == "deploy/Dockerfile.daemon"
     assert services["agent-cpu"]["build"]["dockerfile"] == "deploy/Dockerfile.agent"
     for name, service in services.items():
@@ -133,8 +139,9 @@ def test_compose_services():
 
 def test_kubernetes_kinds():
     docs = k8s_docs()
+    # No Secret manifests: kustomization.yaml's secretGenerator makes them from files (see the checks below).
     assert sorted(d["kind"] for _, d in docs) == sorted(
-        ["Namespace", "Secret", "Service", "StatefulSet", "Deployment", "Service", "DaemonSet", "Kustomization", "Job"])
+        ["Namespace", "Service", "StatefulSet", "Deployment", "Service", "DaemonSet", "Kustomization", "Job"])
     by_kind: dict[str, list[dict]] = {}
     for _, d in docs:
         assert d.get("apiVersion"), d["kind"]
@@ -142,11 +149,10 @@ def test_kubernetes_kinds():
             assert d["metadata"]["name"], d["kind"]
         by_kind.setdefault(d["kind"], []).append(d)
 
-    [secret] = by_kind["Secret"]
     [postgres] = by_kind["StatefulSet"]
     assert postgres["spec"]["volumeClaimTemplates"], "PostgreSQL needs a persistent volume"
-    pg_env = postgres["spec"]["template"]["spec"]["containers"][0]["env"]
-    assert any(e.get("valueFrom", {}).get("secretKeyRef", {}).get("name") == secret["metadata"]["name"] for e in pg_env)
+    pg_env = {e["name"]: e.get("value") for e in postgres["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert pg_env["POSTGRES_PASSWORD_FILE"] and "POSTGRES_PASSWORD" not in pg_env
 
     [daemon] = by_kind["Deployment"]
     assert daemon["spec"]["replicas"] == 1 and daemon["spec"]["strategy"]["type"] == "Recreate"
@@ -445,44 +451,266 @@ def test_the_checker_rejects_bad_command_lines(argv, problem):
         check_command(argv)
 
 
-# -- the commented-out security settings ---------------------------------------------------------
-def uncomment_security(root: Path) -> None:
-    """Turn the commented security lines of the copy at ``root`` into live ones, in place."""
-    for path in root.rglob("*"):
-        if path.suffix in (".yaml", ".yml"):
-            text = re.sub(r"^(\s*)# (- \S.*)$", r"\1\2", path.read_text(), flags=re.M)
-        elif path.suffix == ".service":
-            text = path.read_text()
-            for key in set(re.findall(r"^#(Exec\w+)=", text, flags=re.M)):
-                text = re.sub(rf"^{key}=.*$\n", "", text, flags=re.M)
-            text = re.sub(r"^#((?:Exec\w+|LoadCredential)=)", r"\1", text, flags=re.M)
-        elif path.name.startswith("Dockerfile") and not path.name.endswith(".dockerignore"):
-            text = path.read_text()
-            if re.search(r"^# CMD \[", text, flags=re.M):
-                text = re.sub(r"^CMD \[.*$\n", "", text, flags=re.M)
-                text = re.sub(r"^# (CMD \[)", r"\1", text, flags=re.M)
+# -- secure by default -----------------------------------------------------------------------------
+DAEMON_SECURITY = ("tls_cert", "tls_key", "agent_token_file", "client_token_file")
+AGENT_SECURITY = ("token_file", "tls_ca")
+CLIENT_SECURITY = ("token_file", "tls_ca")
+
+
+def deployed_commands() -> list[Command]:
+    """The command lines of the deploy files and the README's shell blocks that run or reach a daemon."""
+    return [c for c in COMMANDS if (c.program, c.argv[1]) == ("tuner", "daemon") or "--tracker" in c.argv]
+
+
+def test_every_daemon_agent_and_client_uses_tls_and_tokens():
+    from tuner.daemon.security import exposure_policy
+
+    checked = set()
+    for command in deployed_commands():
+        namespace = check_command(list(command.argv))
+        if command.program == "tuner" and command.argv[1] == "daemon":
+            missing = [flag for flag in DAEMON_SECURITY if not getattr(namespace, flag)]
+            assert not missing, f"{command.source}: a daemon without {missing}"
+            assert not namespace.insecure, f"{command.source}: --insecure"
+            assert namespace.metrics_listen, f"{command.source}: metrics off"
+            # What the daemon itself decides for these arguments: start, and warn of nothing.
+            assert exposure_policy(namespace.listen, agent_tokens=bool(namespace.agent_token_file),
+                                   client_tokens=bool(namespace.client_token_file), tls=bool(namespace.tls_cert),
+                                   insecure=namespace.insecure) == (None, []), command.source
+            checked.add("daemon")
         else:
+            flags = AGENT_SECURITY if command.program == "measure-agent" else CLIENT_SECURITY
+            missing = [flag for flag in flags if not getattr(namespace, flag)]
+            assert not missing, f"{command.source}: {command.program} reaches the daemon without {missing}"
+            checked.add(command.program)
+    assert checked == {"daemon", "measure-agent", "tuner"}
+    sources = {c.source.split()[0] for c in deployed_commands()}
+    assert {"tunefleet-daemon.service", "tunefleet-agent@.service", "Dockerfile.daemon", "compose.yaml",
+            "k8s/daemon.yaml", "k8s/agents-gpu.yaml", "README.md:"} <= sources
+
+
+def deploy_texts() -> dict[Path, str]:
+    return {p: p.read_text() for p in sorted(DEPLOY.rglob("*")) if p.is_file() and p.suffix != ".pyc"}
+
+
+def test_no_insecure_flag_and_nothing_left_commented_out():
+    """Security settings are live, not examples waiting to be uncommented."""
+    commented_settings = re.compile(r"^\s*#\s*-\s+--[\w-]+\s*$"               # a YAML list item of a flag
+                                    r"|^#\s*ExecStart="                           # an alternative unit command
+                                    r"|^#\s*(CMD|ENTRYPOINT|HEALTHCHECK)\s+\[")   # an alternative image command
+    for path, text in deploy_texts().items():
+        assert "--insecure" not in text, f"{path}: --insecure"
+        assert "Coming with issue" not in text, path
+        for line in text.splitlines():
+            assert not commented_settings.search(line), f"{path}: {line.strip()}"
+
+
+def test_no_password_in_any_file():
+    for path, text in deploy_texts().items():
+        # user:password@ in a URL, or a password given inline
+        assert not re.search(r"://[^/\s:@]+:[^@\s/]+@", text), f"{path}: a URL with a password"
+        assert not re.search(r"--from-literal|stringData|POSTGRES_PASSWORD\s*[:=]", text), f"{path}: an inline secret"
+    env = {k: v for s in compose()["services"].values() for k, v in s.get("environment", {}).items()}
+    for name, value in env.items():
+        assert not re.search("PASSWORD|TOKEN|SECRET", name) or value.startswith("/run/secrets/"), name
+    for path, doc in k8s_docs():
+        assert doc["kind"] != "Secret", f"{path}: a Secret with its value in the manifest"
+        for container in pod_spec(doc).get("containers", []):
+            for e in container.get("env", []):
+                assert "secretKeyRef" not in e.get("valueFrom", {}), f"{path}: {e['name']} from a Secret: mount it"
+                if re.search("PASSWORD|TOKEN|SECRET", e["name"]):
+                    assert e["name"].endswith("_FILE") and e["value"].startswith("/"), f"{path}: {e['name']}"
+    for path in (DEPLOY / "systemd").glob("*"):
+        for line in path.read_text().splitlines():
+            setting = re.match(r"#?\s*(?:Environment=)?(\w+)=", line)
+            if setting and re.search("PASSWORD|TOKEN|SECRET", setting.group(1)):
+                assert setting.group(1).endswith("_FILE"), f"{path}: {line}"
+
+
+def test_compose_secrets_are_files_mounted_where_the_commands_read_them():
+    spec = compose()
+    defined = spec["secrets"]
+    for name, secret in defined.items():
+        assert set(secret) == {"file"}, f"secret {name}: from a file only"
+        assert secret["file"].startswith("./secrets/"), f"secret {name}: under deploy/secrets (not in git)"
+    for name, service in spec["services"].items():
+        mounted = {s if isinstance(s, str) else s["source"] for s in service.get("secrets", [])}
+        assert mounted <= set(defined), name
+        text = json.dumps({k: service.get(k) for k in ("command", "healthcheck", "environment")})
+        used = set(re.findall(r"/run/secrets/([\w.-]+)", text))
+        assert used <= mounted, f"{name} reads secrets it does not mount: {sorted(used - mounted)}"
+    assert (DEPLOY / ".gitignore").read_text().count("/secrets/") >= 2
+    metrics = spec["services"]["daemon"]["command"]
+    metrics_port = metrics[metrics.index("--metrics-listen") + 1].rsplit(":", 1)[1]
+    [prometheus_config] = [c for c in spec["services"]["prometheus"]["configs"]]
+    scrape = yaml.safe_load((DEPLOY / spec["configs"][prometheus_config["source"]]["file"]).read_text())
+    targets = [t for job in scrape["scrape_configs"] for sc in job["static_configs"] for t in sc["targets"]]
+    assert f"daemon:{metrics_port}" in targets
+
+
+def pod_spec(doc: dict) -> dict:
+    spec = doc.get("spec", {})
+    return spec.get("template", {}).get("spec") or \
+        spec.get("jobTemplate", {}).get("spec", {}).get("template", {}).get("spec") or {}
+
+
+def generated_secrets() -> dict[str, set[str]]:
+    """Secret name -> its keys, from kustomization.yaml's secretGenerator (each file must be under secrets/)."""
+    kustomization = yaml.safe_load((DEPLOY / "k8s" / "kustomization.yaml").read_text())
+    secrets = {}
+    for generator in kustomization["secretGenerator"]:
+        assert set(generator) <= {"name", "type", "files"}, f"{generator['name']}: from files only (no literals)"
+        keys = set()
+        for entry in generator["files"]:
+            key, _, path = entry.rpartition("=")
+            path = path or entry
+            assert path.startswith("secrets/"), f"{generator['name']}: {path} outside deploy/k8s/secrets (not in git)"
+            keys.add(key or Path(path).name)
+        secrets[generator["name"]] = keys
+    return secrets
+
+
+def mounted_files(pod: dict, container: dict) -> dict[str, str]:
+    """Path of each file a container gets from a Secret -> the Secret's name."""
+    volumes = {v["name"]: v for v in pod.get("volumes", [])}
+    files = {}
+    for mount in container.get("volumeMounts", []):
+        volume = volumes.get(mount["name"], {})  # not there: a StatefulSet's volumeClaimTemplates
+        if not {"secret", "projected"} & set(volume):
             continue
-        path.write_text(text)
+        sources = [volume["secret"]] if "secret" in volume else \
+            [s["secret"] for s in volume.get("projected", {}).get("sources", []) if "secret" in s]
+        for source in sources:
+            name = source.get("secretName") or source["name"]
+            keys = {i["path"]: i["key"] for i in source["items"]} if "items" in source else \
+                {k: k for k in generated_secrets().get(name, ())}
+            for path, key in keys.items():
+                assert key in generated_secrets().get(name, ()), f"{name} has no key {key}"
+                files[f"{mount['mountPath']}/{path}"] = name
+            # Readable by the pod's fsGroup only.
+            mode = volume.get("secret", volume.get("projected", {})).get("defaultMode")
+            assert mode is not None and mode & 0o007 == 0, f"volume {mount['name']}: world-readable secret files"
+    return files
 
 
-def test_commented_security_lines_are_valid_once_the_flags_exist(tmp_path):
-    root = tmp_path / "deploy"
-    shutil.copytree(DEPLOY, root)
-    uncomment_security(root)
-    commands = fleet_commands(root)
-    security = [c for c in commands if {"--tls-cert", "--agent-token-file", "--token-file"} & set(c.argv)]
-    sources = {c.source.split()[0] for c in security}
-    assert {"tunefleet-daemon.service", "tunefleet-agent@.service", "Dockerfile.daemon", "Dockerfile.agent",
-            "Dockerfile.agent-jetson", "compose.yaml", "k8s/daemon.yaml", "k8s/agents-gpu.yaml"} <= sources
-    missing = set()
-    for c in security:
-        known = option_strings(parser_for(c.program), list(c.argv[1:]))
-        missing |= {t for t in c.argv if t.startswith("--") and t not in known}
-    if missing:
-        pytest.skip(f"security flags not in the command line yet: {', '.join(sorted(missing))}")
-    for c in security:
-        check_command(list(c.argv))
+def test_kubernetes_secrets_are_mounted_files_for_every_path_the_containers_read():
+    generated = generated_secrets()
+    assert {"tunefleet-daemon-tls", "tunefleet-ca", "tunefleet-agent-token", "tunefleet-client-token",
+            "tunefleet-postgres"} <= set(generated)
+    seen = 0
+    for path, doc in k8s_docs():
+        pod = pod_spec(doc)
+        for container in pod.get("containers", []):
+            files = mounted_files(pod, container)
+            if files:
+                assert pod["securityContext"].get("fsGroup"), f"{path}: secret files need the pod's fsGroup"
+            text = json.dumps({k: container.get(k) for k in ("command", "args", "env", "livenessProbe")})
+            for used in re.findall(r"(/(?:etc|run)/[\w/.-]*secrets[\w/.-]*)", text):
+                assert used in files, f"{path} {container['name']}: {used} is not a mounted Secret file"
+                seen += 1
+    assert seen >= 10
+    # The agents get the CA and their token, never the daemon's key or the client token.
+    [agents] = [d for _, d in k8s_docs() if d["kind"] == "DaemonSet"]
+    agent_files = mounted_files(pod_spec(agents), pod_spec(agents)["containers"][0])
+    assert set(agent_files.values()) == {"tunefleet-ca", "tunefleet-agent-token"}
+
+
+def test_daemon_pod_is_scraped_for_metrics():
+    [daemon] = [d for _, d in k8s_docs() if d["kind"] == "Deployment"]
+    annotations = daemon["spec"]["template"]["metadata"]["annotations"]
+    container = pod_spec(daemon)["containers"][0]
+    metrics = container["args"][container["args"].index("--metrics-listen") + 1]
+    assert annotations["prometheus.io/scrape"] == "true"
+    assert annotations["prometheus.io/port"] == metrics.rsplit(":", 1)[1]
+    assert any(p["name"] == "metrics" for p in container["ports"])
+
+
+def test_units_load_every_credential_they_read():
+    for unit in sorted((DEPLOY / "systemd").glob("*.service")):
+        text = unit.read_text()
+        live = set(re.findall(r"^LoadCredential=([\w.-]+):/", text, flags=re.M))
+        optional = set(re.findall(r"^#LoadCredential=([\w.-]+):/", text, flags=re.M))
+        exec_lines = "\n".join(re.findall(r"^Exec\w+=.*$", text, flags=re.M))
+        in_exec = set(re.findall(r"\$\{CREDENTIALS_DIRECTORY\}/([\w.-]+)", exec_lines))
+        in_environment = set(re.findall(r"^Environment=\w+=%d/([\w.-]+)", text, flags=re.M))
+        assert in_exec, unit.name
+        assert in_exec <= live, f"{unit.name}: ExecStart reads credentials it does not load: {in_exec - live}"
+        assert in_environment <= live | optional, unit.name
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl is not installed (make-certs.sh needs it)")
+def test_make_certs_makes_what_a_daemon_and_its_clients_need(tmp_path, cli_env):
+    """deploy/make-certs.sh into tmp_path, then a daemon with those files on 127.0.0.1 (TLS, tokens and
+    client certificates) and clients that connect with the CA, or are refused without it."""
+    out = tmp_path / "secrets"
+    make = [str(DEPLOY / "make-certs.sh"), "-o", str(out), "--client", "agent-1", "--tokens",
+            "tuner.example.internal", "10.1.2.3"]
+    made = subprocess.run(make, capture_output=True, text=True, timeout=60)
+    assert made.returncode == 0, made.stderr
+    for name in ("ca.key", "daemon.key", "agent-1.key", "agent-token", "client-token"):
+        assert stat.S_IMODE((out / name).stat().st_mode) == 0o600, name
+    assert stat.S_IMODE(out.stat().st_mode) == 0o700
+    sans = subprocess.run(["openssl", "x509", "-in", str(out / "daemon.crt"), "-noout", "-text"],
+                          capture_output=True, text=True, check=True).stdout
+    for san in ("DNS:tuner.example.internal", "IP Address:10.1.2.3", "DNS:localhost", "IP Address:127.0.0.1"):
+        assert san in sans
+    for cert in ("daemon.crt", "agent-1.crt"):
+        subprocess.run(["openssl", "verify", "-CAfile", str(out / "ca.crt"), str(out / cert)], check=True,
+                       capture_output=True)
+
+    # A second run (another client) keeps the CA and the tokens: what is deployed stays valid.
+    ca, token = (out / "ca.crt").read_bytes(), (out / "agent-token").read_text()
+    subprocess.run(make[:3] + ["--client", "agent-2", "--tokens", "localhost"], check=True, capture_output=True,
+                   timeout=60)
+    assert (out / "ca.crt").read_bytes() == ca and (out / "agent-token").read_text() == token
+    subprocess.run(["openssl", "verify", "-CAfile", str(out / "ca.crt"), str(out / "agent-1.crt")], check=True,
+                   capture_output=True)
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    daemon = subprocess.Popen(
+        [sys.executable, "-m", "tuner", "daemon", "--listen", f"127.0.0.1:{port}", "--templates", "testing",
+         "--db", f"sqlite:///{tmp_path / 'tls.db'}", "--tls-cert", str(out / "daemon.crt"),
+         "--tls-key", str(out / "daemon.key"), "--tls-client-ca", str(out / "ca.crt"),
+         "--agent-token-file", str(out / "agent-token"), "--client-token-file", str(out / "client-token")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env)
+    try:
+        assert f"listening on 127.0.0.1:{port}" in daemon.stdout.readline()
+
+        def agents(host, *credentials):
+            return subprocess.run([sys.executable, "-m", "tuner", "agents", "--tracker", f"{host}:{port}",
+                                   *credentials], capture_output=True, text=True, env=cli_env, timeout=60)
+
+        client = ("--tls-cert", str(out / "agent-2.crt"), "--tls-key", str(out / "agent-2.key"))
+        trusted = ("--tls-ca", str(out / "ca.crt"), "--token-file", str(out / "client-token"))
+        for host in ("127.0.0.1", "localhost"):
+            ok = agents(host, *trusted, *client)
+            assert ok.returncode == 0, ok.stderr
+        wrong_token = agents("127.0.0.1", "--tls-ca", str(out / "ca.crt"), "--token-file", str(out / "agent-token"),
+                             *client)
+        assert wrong_token.returncode == 1
+        assert wrong_token.stderr.strip() == "tuner: error: the daemon refused the client token (missing or wrong)"
+
+        # TLS refusals in-process with a short deadline (the CLI would wait out its default timeout).
+        from measure_agent.protocol.connection import TlsFiles
+        from measure_agent.protocol.errors import FleetError
+        from tuner.daemon import FleetClient
+
+        token = (out / "client-token").read_text().strip()
+        address = f"127.0.0.1:{port}"
+        no_client_certificate = TlsFiles(ca=str(out / "ca.crt"))
+        daemon_not_trusted = TlsFiles(cert=str(out / "agent-2.crt"), key=str(out / "agent-2.key"))
+        for tls in (no_client_certificate, daemon_not_trusted):
+            with FleetClient(address, timeout_s=3, token=token, tls=tls) as refused:
+                with pytest.raises(FleetError):  # the handshake fails: unreachable, as far as the client knows
+                    refused.agents()
+    finally:
+        daemon.terminate()
+        _, err = daemon.communicate(timeout=30)
+    # TLS and tokens: nothing to warn about but the refused token above
+    assert [line for line in err.splitlines() if "WARNING" in line and "refused" not in line] == [], err
 
 
 # -- systemd --------------------------------------------------------------------------------------

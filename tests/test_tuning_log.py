@@ -492,21 +492,21 @@ def test_resolve_db_url_precedence(monkeypatch, tmp_path):
     monkeypatch.delenv(settings.DB_ENV_VAR, raising=False)
     default = settings.resolve_db_url(None)
     assert default == f"sqlite:///{tmp_path / 'xdg' / 'tunefleet' / 'tuning.db'}"
-    assert (tmp_path / "xdg" / "tunefleet").is_dir()
+    assert (tmp_path / "xdg" / "tunefleet").is_dir()  # the default location is created
 
     monkeypatch.setenv(settings.DB_ENV_VAR, "postgresql+psycopg://u@db/tuning")
     assert settings.resolve_db_url(None) == "postgresql+psycopg://u@db/tuning"
     assert settings.resolve_db_url("") == "postgresql+psycopg://u@db/tuning"
+    (tmp_path / "cli").mkdir()  # explicit locations must exist
     assert settings.resolve_db_url("sqlite:///" + str(tmp_path / "cli" / "x.db")) == f"sqlite:///{tmp_path}/cli/x.db"
-    assert (tmp_path / "cli").is_dir()
 
+    (tmp_path / "env").mkdir()
     monkeypatch.setenv(settings.DB_ENV_VAR, str(tmp_path / "env" / "log.db"))
     assert settings.resolve_db_url(None) == f"sqlite:///{tmp_path}/env/log.db"
-    assert (tmp_path / "env").is_dir()
 
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "rel").mkdir()
     assert settings.resolve_db_url("rel/t.db") == f"sqlite:///{tmp_path}/rel/t.db"
-    assert (tmp_path / "rel").is_dir()
 
     monkeypatch.delenv(settings.DB_ENV_VAR)
     monkeypatch.setenv("XDG_DATA_HOME", "relative/ignored")
@@ -515,16 +515,22 @@ def test_resolve_db_url_precedence(monkeypatch, tmp_path):
 
 
 def test_resolve_db_url_works_with_the_log(monkeypatch, tmp_path):
-    monkeypatch.setenv(settings.DB_ENV_VAR, str(tmp_path / "deep" / "er" / "tuning.db"))
+    monkeypatch.delenv(settings.DB_ENV_VAR, raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "deep" / "er"))
     with TuningLog(settings.resolve_db_url(None)) as log:
         assert log.record_trial(trial({"t": 1}))
-    assert Path(tmp_path / "deep" / "er" / "tuning.db").is_file()
+    assert Path(tmp_path / "deep" / "er" / "tunefleet" / "tuning.db").is_file()
 
 
-def test_resolve_db_url_reports_uncreatable_directory(tmp_path):
+def test_resolve_db_url_reports_uncreatable_directory(monkeypatch, tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("")
+    monkeypatch.delenv(settings.DB_ENV_VAR, raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(blocker / "sub"))
     with pytest.raises(settings.SettingsError, match="cannot create directory"):
+        settings.resolve_db_url(None)
+    # An explicit path is never created: a missing directory is refused, naming it.
+    with pytest.raises(settings.SettingsError, match=f"no directory {blocker / 'sub'} for the tuning log"):
         settings.resolve_db_url(str(blocker / "sub" / "tuning.db"))
 
 

@@ -1,7 +1,8 @@
 """Settings read from the environment. This is the only module of the tuner that reads them.
 
 Precedence for the tuning log's database: the command-line value, else ``$TUNEFLEET_DB``, else a
-SQLite file under the XDG data directory.
+SQLite file under the XDG data directory. A server's password may come from a file
+(``$TUNEFLEET_DB_PASSWORD_FILE``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from sqlalchemy.exc import ArgumentError
 
 DB_ENV_VAR = "TUNEFLEET_DB"
 TOKEN_FILE_ENV_VAR = "TUNEFLEET_TOKEN_FILE"
+DB_PASSWORD_FILE_ENV_VAR = "TUNEFLEET_DB_PASSWORD_FILE"
 
 
 class SettingsError(ValueError):
@@ -30,44 +32,97 @@ def default_db_path() -> Path:
     return base / "tunefleet" / "tuning.db"
 
 
-def resolve_db_url(cli_value: str | None, *, create_directory: bool = True) -> str:
+def resolve_db_url(cli_value: str | None, *, create_directory: bool = True, password_file: str | None = None) -> str:
     """The SQLAlchemy URL of the tuning log.
 
     ``cli_value`` wins when non-empty, then ``$TUNEFLEET_DB`` when non-empty, then
     :func:`default_db_path`. A value without ``://`` is a filesystem path and becomes a
-    ``sqlite:///`` URL of its absolute form (``~`` expanded). For a SQLite file URL the file's
-    directory is created (unless ``create_directory`` is false: applications that only read the
-    log must not leave directories behind), so a first run works out of the box; failing that
-    raises :class:`SettingsError`. Other URLs are returned unchanged; whether they work is for the
-    tuning log to find out.
+    ``sqlite:///`` URL of its absolute form (``~`` expanded).
+
+    With ``create_directory`` (commands that may create the log), the directory of the default
+    SQLite file is created, so a first run works out of the box; an explicit SQLite file (argument
+    or ``$TUNEFLEET_DB``) must be in an existing directory, so a mistyped path is refused instead of
+    growing a directory tree. Applications that only read the log pass ``create_directory=False``:
+    nothing is created or checked, and opening the log reports a missing file.
+
+    A database server URL without a password takes it from ``password_file`` (the daemon's
+    ``--db-password-file``) or else from the file ``$TUNEFLEET_DB_PASSWORD_FILE`` names, so the
+    password is in no command line or environment. The environment's file is ignored for SQLite and
+    for a URL that has a password; ``password_file`` is refused there. libpq's own ``PGPASSFILE`` and
+    ``PGPASSWORD`` keep working for PostgreSQL URLs without a password.
+
+    Raises :class:`SettingsError` (one line). Whether a server URL works is for the tuning log to
+    find out.
     """
-    value = (cli_value or "").strip() or os.environ.get(DB_ENV_VAR, "").strip()
-    if not value:
-        value = str(default_db_path())
+    explicit = (cli_value or "").strip() or os.environ.get(DB_ENV_VAR, "").strip()
+    value = explicit or str(default_db_path())
     if "://" not in value:
         value = "sqlite:///" + str(Path(value).expanduser().absolute())
     if create_directory:
-        _ensure_sqlite_directory(value)
-    return value
+        if explicit:
+            _require_sqlite_directory(value)
+        else:
+            _create_sqlite_directory(value)
+    return _with_password_from_file(value, password_file)
 
 
-def _ensure_sqlite_directory(url_text: str) -> None:
+def _sqlite_file(url_text: str) -> Path | None:
+    """The file of a file-backed SQLite URL, else ``None`` (servers, memory, URI filenames, bad URLs)."""
     try:
         url = make_url(url_text)
     except ArgumentError:
-        return  # not a URL SQLAlchemy understands: the tuning log reports it when opened
+        return None  # not a URL SQLAlchemy understands: the tuning log reports it when opened
     if url.get_backend_name() != "sqlite":
-        return
+        return None
     database = url.database or ""
     if not database or database == ":memory:" or database.startswith("file:") or url.query.get("uri"):
+        return None
+    return Path(database).expanduser().absolute()
+
+
+def _require_sqlite_directory(url_text: str) -> None:
+    path = _sqlite_file(url_text)
+    if path is not None and not path.parent.is_dir():
+        raise SettingsError(f"no directory {path.parent} for the tuning log: create it first "
+                            "(only the default location is created automatically)")
+
+
+def _create_sqlite_directory(url_text: str) -> None:
+    path = _sqlite_file(url_text)
+    if path is None:
         return
-    directory = Path(database).expanduser().absolute().parent
     try:
-        directory.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise SettingsError(
-            f"cannot create directory {directory} for the tuning log: {exc.strerror or exc}"
+            f"cannot create directory {path.parent} for the tuning log: {exc.strerror or exc}"
         ) from None
+
+
+def _with_password_from_file(url_text: str, password_file: str | None) -> str:
+    source = (password_file or "").strip() or os.environ.get(DB_PASSWORD_FILE_ENV_VAR, "").strip()
+    if not source:
+        return url_text
+    try:
+        url = make_url(url_text)
+    except ArgumentError:
+        url = None
+    is_server = url is not None and url.get_backend_name() != "sqlite"
+    if not is_server or url.password is not None:
+        if password_file:
+            why = "it has a password already" if is_server else "it is not a database server URL"
+            raise SettingsError(f"--db-password-file does not apply to the tuning log's URL: {why}")
+        return url_text  # a file from the environment is for server URLs that lack a password
+    try:
+        # Like the postgres image's *_FILE variables: the whole file, without its line end.
+        password = Path(source).read_text().rstrip("\r\n")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SettingsError(f"cannot read the database password file {source}: "
+                            f"{getattr(exc, 'strerror', None) or exc}") from None
+    if not password:
+        raise SettingsError(f"the database password file {source} is empty")
+    # set() escapes what a URL cannot hold as is (@, /, :, %)
+    return url.set(password=password).render_as_string(hide_password=False)
 
 
 def resolve_token_file(cli_value: str | None) -> str | None:

@@ -13,20 +13,28 @@ from tuner.cli.common import EXIT_FAILURE, CliError, add_db_arguments, listen_ad
 def register(subparsers) -> None:
     p = subparsers.add_parser("daemon", help="run the tune-cluster daemon (agents and clients connect to it)")
     p.add_argument("--listen", type=listen_address, default="0.0.0.0:9190", metavar="HOST:PORT",
-                   help="address to listen on (default 0.0.0.0:9190)")
+                   help="address to listen on (default 0.0.0.0:9190); beyond loopback, --client-token-file and "
+                        "--agent-token-file are required (or --insecure)")
     p.add_argument("--heartbeat-interval", type=positive_float, default=2.0, help="seconds between agent heartbeats")
     p.add_argument("--agent-timeout", type=positive_float, default=10.0,
                    help="an agent silent this long is presumed dead and its leases go to others (default 10 s)")
     p.add_argument("--tls-cert", metavar="PEM", help="serve TLS with this certificate (with --tls-key)")
     p.add_argument("--tls-key", metavar="PEM", help="private key of --tls-cert")
-    p.add_argument("--tls-client-ca", metavar="PEM", help="require client certificates signed by this CA (agents)")
+    p.add_argument("--tls-client-ca", metavar="PEM", help="require client certificates signed by this CA (of agents and clients)")
     p.add_argument("--agent-token-file", metavar="FILE", help="agents must present a token from this file")
     p.add_argument("--client-token-file", metavar="FILE", help="clients must present a token from this file")
+    p.add_argument("--insecure", action="store_true",
+                   help="allow listening beyond loopback without --client-token-file and --agent-token-file "
+                        "(anyone who reaches the port can submit jobs or join as an agent)")
     p.add_argument("--metrics-listen", type=listen_address, metavar="HOST:PORT",
-                   help="serve Prometheus metrics at http://HOST:PORT/metrics")
+                   help="serve Prometheus metrics at http://HOST:PORT/metrics (plain HTTP without tokens: "
+                        "keep it on loopback or a private network)")
     p.add_argument("--log-format", choices=("text", "json"), default="text", help="log lines as text or JSON objects")
     p.add_argument("--templates", default="default", choices=("default", "testing"), help=argparse.SUPPRESS)
     add_db_arguments(p, device=False)
+    p.add_argument("--db-password-file", metavar="FILE",
+                   help="password of a database server URL that has none (default: $TUNEFLEET_DB_PASSWORD_FILE; "
+                        "libpq's PGPASSFILE also works)")
     p.set_defaults(func=run)
 
 
@@ -46,8 +54,11 @@ def run(args: argparse.Namespace) -> int:
         signal.signal(sig, lambda *_: stop.set())
     from measure_agent.protocol.connection import read_tokens
     from tuner.daemon.daemon import Security
+    from tuner.daemon.security import check_tls_files, exposure_policy
+    from tuner.settings import SettingsError, resolve_db_url
 
     try:
+        check_tls_files(args.tls_cert, args.tls_key, args.tls_client_ca)
         security = Security(
             tls_cert=args.tls_cert, tls_key=args.tls_key, tls_client_ca=args.tls_client_ca,
             agent_tokens=read_tokens(args.agent_token_file) if args.agent_token_file else (),
@@ -55,12 +66,22 @@ def run(args: argparse.Namespace) -> int:
         )
     except ValueError as exc:
         raise CliError(str(exc)) from None
+    # An address that cannot be bound says so first; then whether it may be listened on.
     _check_can_bind(args.listen)
-    if not (security.agent_tokens and security.client_tokens) and not args.listen.startswith(("127.", "localhost", "[::1]")):
-        logging.getLogger("tunefleet.daemon").warning(
-            "listening on %s without agent and client tokens: anyone who reaches the port can submit jobs "
-            "or join as an agent (see docs/security.md)", args.listen)
-    with open_log(args.db) as log:
+    refusal, warnings = exposure_policy(args.listen, agent_tokens=bool(security.agent_tokens),
+                                        client_tokens=bool(security.client_tokens), tls=bool(security.tls_cert),
+                                        insecure=args.insecure)
+    if refusal:
+        raise CliError(refusal)
+    for warning in warnings:
+        logging.getLogger("tunefleet.daemon").warning("%s", warning)
+    db = args.db
+    if args.db_password_file:
+        try:
+            db = resolve_db_url(args.db, password_file=args.db_password_file)
+        except SettingsError as exc:
+            raise CliError(str(exc), EXIT_FAILURE) from None
+    with open_log(db) as log:
         try:
             daemon = Daemon(log, args.listen, catalog=load_catalog(args.templates),
                             heartbeat_interval_s=args.heartbeat_interval, agent_timeout_s=args.agent_timeout,

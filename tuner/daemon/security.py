@@ -3,16 +3,20 @@
 Agent calls (``AgentService``) need an agent token and client calls (``ClientService``) a client
 token, each from its own file, so a leaked client token cannot join a rogue agent and the reverse.
 Health checks stay open. A refused call gets UNAUTHENTICATED and is logged with the peer's address.
+
+Before anything starts, :func:`exposure_policy` decides whether a daemon may listen where it was
+asked to: beyond loopback it needs both token files (or an explicit ``--insecure``).
 """
 
 from __future__ import annotations
 
 import hmac
+import ipaddress
 import logging
 
 import grpc
 
-from measure_agent.protocol.connection import read_pem
+from measure_agent.protocol.connection import CredentialsError, read_pem
 
 logger = logging.getLogger("tunefleet.daemon")
 
@@ -25,6 +29,54 @@ def server_credentials(cert: str, key: str, client_ca: str | None = None) -> grp
     pair = (read_pem(key, "TLS key"), read_pem(cert, "TLS certificate"))
     return grpc.ssl_server_credentials([pair], root_certificates=read_pem(client_ca, "client CA"),
                                        require_client_auth=bool(client_ca))
+
+
+def check_tls_files(cert: str | None, key: str | None, client_ca: str | None) -> None:
+    """Refuse (:class:`CredentialsError`, one line) TLS settings that cannot work, before anything starts."""
+    if bool(cert) != bool(key):
+        raise CredentialsError("TLS needs both --tls-cert and --tls-key")
+    if client_ca and not cert:
+        raise CredentialsError("--tls-client-ca needs --tls-cert and --tls-key: client certificates are checked "
+                               "only over TLS")
+    read_pem(cert, "TLS certificate")
+    read_pem(key, "TLS key")
+    read_pem(client_ca, "client CA")
+
+
+def is_loopback(address: str) -> bool:
+    """Whether HOST:PORT binds to loopback only: ``localhost``, 127.0.0.0/8 or ::1. Any other name
+    counts as beyond loopback, since what it resolves to is not ours to trust."""
+    host = address.rpartition(":")[0].strip("[]")
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def exposure_policy(listen: str, *, agent_tokens: bool, client_tokens: bool, tls: bool,
+                    insecure: bool) -> tuple[str | None, list[str]]:
+    """(why the daemon must not start, or ``None``; warnings to log) for listening on ``listen``.
+
+    Loopback is as open as ever: tests and the embedded daemon of ``tuner tune`` use it. Beyond it,
+    both token files are required unless ``insecure``, and tokens without TLS draw a warning.
+    """
+    if is_loopback(listen):
+        return None, []
+    missing = [flag for flag, given in (("--client-token-file", client_tokens), ("--agent-token-file", agent_tokens))
+               if not given]
+    if missing and not insecure:
+        return (f"refusing to listen on {listen} beyond loopback without {' and '.join(missing)} (anyone who "
+                "reaches the port could submit jobs or join as an agent): give both token files "
+                "(see docs/security.md), listen on 127.0.0.1, or pass --insecure"), []
+    if missing:
+        return None, [f"listening on {listen} without {' and '.join(missing)} (--insecure): anyone who reaches "
+                      "the port can submit jobs or join as an agent (see docs/security.md)"]
+    if not tls:
+        return None, [f"listening on {listen} without TLS: the tokens cross the network in clear text; "
+                      "add --tls-cert and --tls-key (see docs/security.md)"]
+    return None, []
 
 
 class TokenAuthInterceptor(grpc.ServerInterceptor):
