@@ -298,3 +298,28 @@ def test_space_anatomy_facts_of_a_space():
     # random search hits one of the h configs >= 0.98 in 5 draws: 1 - C(N - h, 5) / C(N, 5)
     h = facts["at_98"]
     assert facts["p_random"] == pytest.approx(1 - math.comb(replay.size - h, 5) / math.comb(replay.size, 5))
+
+
+SHARED_SPACES = Path(__file__).resolve().parents[2] / "shared" / "spaces"
+
+
+@pytest.mark.skipif(not SHARED_SPACES.is_dir(), reason="the real Kernel Tuner caches are not in this checkout")
+@pytest.mark.parametrize("name", ["GEMM_K20", "convolution_A100"])
+def test_real_kernel_tuner_restrictions_evaluate_as_python_does(name):
+    # The bounded evaluator (numbers only, within 2**64, limited depth) keeps the real restrictions
+    # of CLBlast's GEMM and the convolution kernel exactly as Python evaluates them.
+    from tuner.user_space import parse_restriction, read_cache_json
+
+    data = read_cache_json(SHARED_SPACES / f"{name}.json.gz")
+    params = data["tune_params"]
+    rng = np.random.default_rng(0)
+    combos = [{k: v[int(rng.integers(len(v)))] for k, v in params.items()} for _ in range(2000)]
+    assert data["restrictions"]
+    for text in data["restrictions"]:
+        restriction = parse_restriction(text, params)
+        for values in combos:
+            try:
+                expected = bool(eval(text, {}, dict(values)))  # noqa: S307 - the cache's own restrictions
+            except ZeroDivisionError:
+                expected = False
+            assert restriction(values) is expected, (text, values)

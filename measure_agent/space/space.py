@@ -18,10 +18,13 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
+from measure_agent.bounded_json import JSONBoundsError, loads_bounded
 from measure_agent.space.knobs import ConfigError, Knob
 
 # A constraint group larger than this is not enumerated; it is sampled by rejection instead.
 _MAX_GROUP_ENUMERATION = 2_000_000
+# A config's JSON text (a few knobs, each a number, a word or a short list) is far shorter than this.
+MAX_CONFIG_JSON_CHARS = 2**20
 
 
 def canonical_config_text(config_json: Mapping[str, Any]) -> str:
@@ -143,9 +146,11 @@ class ConfigSpace:
         """Parse and validate the JSON form of a config (a dict, or its text)."""
         if isinstance(obj, str):
             try:
-                obj = json.loads(obj)
+                obj = loads_bounded(obj, "config", max_chars=MAX_CONFIG_JSON_CHARS)
             except json.JSONDecodeError as exc:
                 raise ConfigError(f"config is not valid JSON: {exc.msg}") from None
+            except JSONBoundsError as exc:
+                raise ConfigError(str(exc)) from None
         if not isinstance(obj, dict):
             raise ConfigError("config must be a JSON object mapping knob names to values")
         unknown = [k for k in obj if k not in self._by_name]

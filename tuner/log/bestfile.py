@@ -33,11 +33,14 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import IO, Any, Iterable, Mapping, Sequence
 
+from measure_agent.bounded_json import MAX_JSON_CHARS, JSONBoundsError, loads_bounded
 from tuner.log.records import LOG_FORMAT, LOG_VERSION, RecordError, TrialRecord, canonical_workload_key
 from tuner.log.storage import NotFoundError, TuningLog, TuningLogError, is_device_pattern
 
 BEST_FORMAT = "tunefleet-best"
 BEST_VERSION = 1
+# Entries are about a kilobyte each: tens of thousands of workloads and devices fit in this.
+MAX_BEST_FILE_CHARS = MAX_JSON_CHARS
 _NOT_ENTRY_FIELDS = ("format", "version", "device_info")
 
 
@@ -201,7 +204,8 @@ def parse_best_document(obj: Any, name: str = "best configs") -> BestConfigs:
 def load_best_file(path: str | Path) -> BestConfigs:
     """Read a best-configs file; raises :class:`BestFileError` (one line) if it cannot."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read(MAX_BEST_FILE_CHARS + 1)  # a longer file is refused unread
     except OSError as exc:
         raise BestFileError(f"cannot read {path}: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
@@ -210,11 +214,13 @@ def load_best_file(path: str | Path) -> BestConfigs:
 
 
 def loads_best(text: str, name: str = "best configs") -> BestConfigs:
+    at = f"{name}: " if name else ""
     try:
-        obj = json.loads(text)
+        obj = loads_bounded(text, "the file", max_chars=MAX_BEST_FILE_CHARS)
     except json.JSONDecodeError as exc:
-        at = f"{name}: " if name else ""
         raise BestFileError(f"{at}line {exc.lineno}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+    except JSONBoundsError as exc:
+        raise BestFileError(f"{at}{exc}") from None
     return parse_best_document(obj, name)
 
 
@@ -234,6 +240,7 @@ __all__ = [
     "BEST_VERSION",
     "BestConfigs",
     "BestFileError",
+    "MAX_BEST_FILE_CHARS",
     "best_configs_from_log",
     "dumps_best",
     "export_best",

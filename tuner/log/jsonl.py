@@ -24,10 +24,16 @@ import json
 from dataclasses import dataclass
 from typing import IO, Any, Iterable, Iterator, Sequence
 
+from measure_agent.bounded_json import JSONBoundsError, loads_bounded
+from tuner.log.bestfile import BEST_FORMAT, MAX_BEST_FILE_CHARS, BestFileError, parse_best_document
 from tuner.log.records import RecordError, TrialRecord
 from tuner.log.storage import DeviceKeys, NotFoundError, TuningLog, TuningLogError
 
 DEVICE_INFO_POLICIES = ("keep", "replace", "error")
+# A trial's line is a few kilobytes (its message is cut at 4000 characters): a longer one is refused
+# before it is decoded. No line is read longer than MAX_BEST_FILE_CHARS (a best-configs file may
+# be one line), so a file of one endless line does not fill the memory.
+MAX_LOG_LINE_CHARS = 2**20
 
 
 class LogFormatError(TuningLogError):
@@ -142,7 +148,7 @@ def _parse_source(name: str, lines: Iterable[str]) -> _Parsed:
         if line.strip():
             break
     if head and head[-1][1].strip() and _starts_best_file(head[-1][1]):
-        return _parse_best(name, "".join(line for _, line in itertools.chain(head, numbered)))
+        return _parse_best(name, _best_file_text(name, itertools.chain(head, numbered)))
     return _parse_lines(name, itertools.chain(head, numbered))
 
 
@@ -150,21 +156,29 @@ def _starts_best_file(first: str) -> bool:
     if first.strip() == "{":  # a pretty-printed JSON object; a JSON line is never just "{"
         return True
     try:
-        obj = json.loads(first)
-    except json.JSONDecodeError:
+        obj = loads_bounded(first)
+    except ValueError:  # not JSON, or beyond the bounds: _parse_lines says which, with the line
         return False
-    from tuner.log.bestfile import BEST_FORMAT
-
     return isinstance(obj, dict) and obj.get("format") == BEST_FORMAT
 
 
-def _parse_best(name: str, text: str) -> _Parsed:
-    from tuner.log.bestfile import BestFileError, parse_best_document
+def _best_file_text(name: str, numbered: Iterable[tuple[int, str]]) -> str:
+    parts, total = [], 0
+    for number, line in numbered:
+        total += len(line)
+        if total > MAX_BEST_FILE_CHARS:
+            raise LogFormatError(number, f"best-configs file longer than {MAX_BEST_FILE_CHARS} characters", name)
+        parts.append(line)
+    return "".join(parts)
 
+
+def _parse_best(name: str, text: str) -> _Parsed:
     try:
-        obj = json.loads(text)
+        obj = loads_bounded(text, max_chars=MAX_BEST_FILE_CHARS)
     except json.JSONDecodeError as exc:
         raise LogFormatError(exc.lineno, f"not valid JSON ({exc.msg} at column {exc.colno})", name) from None
+    except JSONBoundsError as exc:
+        raise LogFormatError(None, f"best-configs file: {exc}", name) from None
     try:
         configs = parse_best_document(obj, name="")
     except BestFileError as exc:
@@ -182,9 +196,11 @@ def _parse_lines(name: str, numbered: Iterable[tuple[int, str]]) -> _Parsed:
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
+            obj = loads_bounded(line, max_chars=MAX_LOG_LINE_CHARS)
         except json.JSONDecodeError as exc:
             raise LogFormatError(number, f"not valid JSON ({exc.msg} at column {exc.colno})", name) from None
+        except JSONBoundsError as exc:
+            raise LogFormatError(number, str(exc), name) from None
         try:
             record = TrialRecord.from_json(obj)
         except RecordError as exc:
@@ -203,8 +219,11 @@ def _parse_lines(name: str, numbered: Iterable[tuple[int, str]]) -> _Parsed:
 
 
 def _numbered_lines(fh: Iterable[str], name: str) -> Iterator[tuple[int, str]]:
+    """The lines of ``fh`` with their numbers; one longer than MAX_BEST_FILE_CHARS is refused
+    before it is read whole."""
     number = 0
-    lines = iter(fh)
+    readline = getattr(fh, "readline", None)
+    lines = iter(lambda: readline(MAX_BEST_FILE_CHARS + 1), "") if readline is not None else iter(fh)
     while True:
         try:
             line = next(lines)
@@ -213,6 +232,8 @@ def _numbered_lines(fh: Iterable[str], name: str) -> Iterator[tuple[int, str]]:
         except UnicodeDecodeError as exc:
             raise LogFormatError(number + 1, f"not UTF-8 text ({exc.reason})", name) from None
         number += 1
+        if len(line) > MAX_BEST_FILE_CHARS:
+            raise LogFormatError(number, f"longer than {MAX_BEST_FILE_CHARS} characters", name)
         yield number, line
 
 
@@ -270,6 +291,7 @@ __all__ = [
     "DeviceInfoConflict",
     "ImportSummary",
     "LogFormatError",
+    "MAX_LOG_LINE_CHARS",
     "dump_line",
     "export_trials",
     "import_sources",

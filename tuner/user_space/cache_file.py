@@ -15,10 +15,16 @@ import gzip
 import json
 import math
 import os
+import zlib
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from measure_agent.bounded_json import JSONBoundsError, loads_bounded
+
 FAILED_TIME = "RuntimeFailedConfig"
+# Real Kernel Tuner caches are up to tens of megabytes (12 MB for CLBlast's GEMM space); a longer
+# text (a gzip file may unpack to anything) is refused before it is decoded.
+MAX_CACHE_FILE_CHARS = 256 * 2**20
 _MISSING = object()
 
 
@@ -36,13 +42,15 @@ def read_cache_json(path: str | os.PathLike) -> dict:
             head = fh.read(2)
         opener = gzip.open if head == b"\x1f\x8b" else open
         with opener(path, "rt", encoding="utf-8") as fh:
-            text = fh.read()
+            text = fh.read(MAX_CACHE_FILE_CHARS + 1)
     except OSError as exc:
         raise CacheFileError(f"cannot read {path}: {exc.strerror or exc}") from None
-    except (UnicodeDecodeError, EOFError, gzip.BadGzipFile) as exc:
+    except (UnicodeDecodeError, EOFError, gzip.BadGzipFile, zlib.error) as exc:  # zlib: a corrupt gzip body
         raise CacheFileError(f"{path} is not a JSON cache file: {exc}") from None
     try:
-        data = json.loads(text)
+        data = _loads(text)
+    except JSONBoundsError as exc:
+        raise CacheFileError(f"{path}: {exc}") from None
     except json.JSONDecodeError as exc:
         data = _unterminated(text)
         if data is None:
@@ -50,6 +58,10 @@ def read_cache_json(path: str | os.PathLike) -> dict:
     if not isinstance(data, dict):
         raise CacheFileError(f"{path}: expected a JSON object at the top level")
     return data
+
+
+def _loads(text: str) -> Any:
+    return loads_bounded(text, "the cache file", max_chars=MAX_CACHE_FILE_CHARS)
 
 
 def _unterminated(text: str) -> dict | None:
@@ -64,8 +76,8 @@ def _unterminated(text: str) -> dict | None:
         else:
             candidate += "\n}\n}"
         try:
-            data = json.loads(candidate)
-        except json.JSONDecodeError:
+            data = _loads(candidate)
+        except ValueError:  # not JSON (or, within 4 characters of the limit, too long) as cut here
             cut = body.rfind("\n")
             if cut <= 0:
                 return None
