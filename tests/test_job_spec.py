@@ -78,7 +78,7 @@ def capture_runs(monkeypatch):
     ran = threading.Event()
 
     class RecordingJob:
-        def __init__(self, workload, measurer, log, catalog, options, on_progress=None, job_id=None):
+        def __init__(self, workload, measurer, log, catalog, options, on_progress=None, job_id=None, on_note=None):
             seen.append({"workload": workload, "measurer": measurer, "options": options, "job_id": job_id})
 
         def run(self) -> TuneSummary:

@@ -5,14 +5,19 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from measure_agent import bounded_json
 from measure_agent.engine.types import TIMING_LIMITS
+from measure_agent.space import expressions, space
+from tuner import steering
 from tuner.daemon import limits, service
 from tuner.fleet import jobs
+from tuner.log import bestfile, jsonl
+from tuner.user_space import cache_file
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "security.md"
 # Where limits live; every MAX_* (and the other names below) of these modules must be documented.
-MODULES = (jobs, limits, service)
-OTHER_NAMES = ("FINISHED_JOBS_KEPT", "LEASE_GRACE_S", "OVERDUE_LEASES_TO_QUARANTINE")
+MODULES = (jobs, limits, service, expressions, space, bounded_json, steering, jsonl, bestfile, cache_file)
+OTHER_NAMES = ("FINISHED_JOBS_KEPT", "LEASE_GRACE_S", "OVERDUE_LEASES_TO_QUARANTINE", "CONSTRAINT_CHECK_BUDGET_S")
 
 
 def documented() -> dict[str, float]:

@@ -117,7 +117,8 @@ class TuningJob:
         # The space may depend on the device (vector width, GPU limits): use what the measurer reports.
         device = DeviceInfo.from_recorded(measurer.device_info)
         full_space = catalog.space(workload, options.target, device)
-        self.space = steer_space(full_space, options.pins, options.constraints)
+        # checked within a time budget when the job was submitted; a job does not stop over it now
+        self.space = steer_space(full_space, options.pins, options.constraints, budget_s=math.inf)
         self.default_config = self.template.default_config(workload, full_space)
         self.on_progress = on_progress or (lambda progress: None)
         self.on_note = on_note or (lambda note: None)

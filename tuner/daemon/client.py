@@ -15,6 +15,7 @@ from typing import Callable, Iterator, Sequence
 
 import grpc
 
+from measure_agent.bounded_json import loads_bounded
 from measure_agent.engine import MeasureResult, TimingConfig
 from measure_agent.protocol.connection import TlsFiles, auth_metadata, open_channel
 from measure_agent.protocol.convert import (
@@ -226,7 +227,7 @@ def status_to_proto(status: JobStatus) -> pb.JobStatus:
 
 def status_from_proto(message: pb.JobStatus) -> JobStatus:
     values = _fields_from_proto(message, JobStatus, skip=("spec", "best_config"))
-    best = json.loads(message.best_config_json) if message.best_config_json else None
+    best = loads_bounded(message.best_config_json, "best config") if message.best_config_json else None
     return JobStatus(spec=spec_from_proto(message.spec), best_config=best, **values)
 
 

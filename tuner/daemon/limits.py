@@ -22,7 +22,6 @@ MAX_CAPABILITY_LIST = 512  # ISA features, installed templates
 MAX_CANDIDATES_PER_LEASE = 256
 MAX_LEASE_WAIT_S = 30.0
 MAX_CONFIGS_PER_MEASURE = 256
-MAX_CONFIG_JSON_CHARS = 65_536
 MAX_MEASURE_S = 900.0  # a Measure call gives up after this long
 MAX_WATCH_S = 3600.0  # a WatchJob stream ends after this long (clients follow it again)
 MAX_CLIENT_CALLS = 64  # client calls in progress at once; agents' calls are never counted

@@ -42,7 +42,6 @@ from tuner.daemon.limits import (
     MAX_CANDIDATES_PER_LEASE,
     MAX_CAPABILITY_LIST,
     MAX_CAPABILITY_TEXT_CHARS,
-    MAX_CONFIG_JSON_CHARS,
     MAX_CONFIGS_PER_MEASURE,
     MAX_LEASE_WAIT_S,
     MAX_LISTED_JOBS,
@@ -217,8 +216,6 @@ def _measure_configs(service: "ClientService", request: pb.MeasureRequest, conte
         space = service.catalog.space(workload, target.family, DeviceInfo.from_recorded(info))
         if not 1 <= len(request.configs_json) <= MAX_CONFIGS_PER_MEASURE:
             raise InvalidRequest(f"give between 1 and {MAX_CONFIGS_PER_MEASURE} configs")
-        if any(len(text) > MAX_CONFIG_JSON_CHARS for text in request.configs_json):
-            raise InvalidRequest(f"a config must be at most {MAX_CONFIG_JSON_CHARS} characters of JSON")
         configs = [space.from_json(text) for text in request.configs_json]
         timing = timing_from_proto(request.timing) if request.HasField("timing") else TimingConfig()
         check_device_key(request.device_key)
