@@ -182,3 +182,39 @@ def test_postgresql_connections_cut_mid_job(pg_database):
         assert any("the tuning log is unavailable" in note for note in notes)
     finally:
         proxy.close()
+
+
+@pytest.fixture()
+def tiny_disk(tmp_path):
+    """A 4 MiB tmpfs (needs root and mount permission; skipped with the reason otherwise)."""
+    import subprocess
+
+    mount_point = tmp_path / "disk"
+    mount_point.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount_point)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs to fill: {done.stderr.strip() or done.returncode}")
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", "-l", str(mount_point)], capture_output=True)
+
+
+def test_a_full_disk_mid_job(tiny_disk):
+    filler = tiny_disk / "filler"
+    with TuningLog(f"sqlite:///{tiny_disk / 'full.db'}") as log:
+        def fill_then_free() -> None:
+            with open(filler, "wb") as out:  # take every free block
+                try:
+                    while True:
+                        out.write(b"\0" * 65536)
+                        out.flush()
+                except OSError:
+                    pass
+            time.sleep(3)
+            filler.unlink()
+
+        final, notes = _run_through_outage(log, fill_then_free)
+        _assert_exact_budget(log, final)
+    assert any("the tuning log is unavailable" in note for note in notes)
