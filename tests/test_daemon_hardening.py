@@ -271,3 +271,28 @@ def test_finished_jobs_leave_memory_and_jobs_are_listed_in_pages(log, monkeypatc
     finally:
         agent.stop()
         daemon.stop()
+
+
+# -- 3. a costly constraint cannot stall the daemon ------------------------------------------------------
+def test_a_costly_constraint_is_refused_within_its_budget_by_the_daemon(log, monkeypatch):
+    import tuner.steering
+    from measure_agent.templates import default_catalog
+    from test_bounded_input import COSTLY, heavy_constraint, matmul_space
+
+    monkeypatch.setattr(tuner.steering, "CONSTRAINT_CHECK_BUDGET_S", 0.5)
+    daemon = start_daemon(log)
+    daemon.jobs.catalog = default_catalog()  # the real matmul space, 8 knobs tied by one constraint
+    try:
+        with FleetClient(daemon.address) as client:
+            spec = JobSpec("matmul_512x512x512", "k", constraints=(heavy_constraint(matmul_space().knob_names),))
+            started = time.monotonic()
+            with pytest.raises(InvalidRequest, match="is too costly to check") as caught:
+                client.submit(spec)
+            assert time.monotonic() - started < 30 and "\n" not in str(caught.value)
+            for text in COSTLY:  # CPU- or memory-bombs: refused at once, one line each
+                with pytest.raises(InvalidRequest) as caught:
+                    client.submit(JobSpec("matmul_512x512x512", "k", constraints=(text,)))
+                assert "\n" not in str(caught.value)
+            assert client.jobs() == [] and log.jobs() == []
+    finally:
+        daemon.stop()

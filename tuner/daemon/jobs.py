@@ -10,13 +10,14 @@ import logging
 import threading
 import time
 from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Iterator
 
 from measure_agent.protocol.errors import InvalidRequest, NotFound
 from measure_agent.templates import TemplateCatalog, TemplateNotFound
 from tuner.daemon.fleet_measurer import FleetMeasurer
-from tuner.daemon.limits import FINISHED_JOBS_KEPT
+from tuner.daemon.limits import FINISHED_JOBS_KEPT, VALIDATION_THREADS
 from tuner.daemon.scheduler import Scheduler
 from tuner.fleet.jobs import JobSpec, JobSpecError, JobStatus
 from tuner.job import Progress, TuneOptions, TuningJob
@@ -55,19 +56,21 @@ class JobManager:
         self.catalog = catalog
         self._jobs: dict[int, _Job] = {}
         self._finished: deque[int] = deque()  # ids of finished jobs still in memory, oldest first
+        self._validation = ThreadPoolExecutor(max_workers=VALIDATION_THREADS, thread_name_prefix="tunefleet-validate")
         self._changed = threading.Condition()
 
     def submit(self, spec: JobSpec) -> JobStatus:
         """Validate ``spec`` against the daemon's templates, record the job and start it;
         raises :class:`InvalidRequest` naming what is wrong."""
+        # Checking constraints against a space is CPU work within a time budget: a few at a time on
+        # their own threads, so that a burst of costly submissions cannot take the daemon's cores.
         try:
-            spec = spec.validate(self.catalog)
+            spec = self._validation.submit(spec.validate, self.catalog).result()
         except JobSpecError as exc:
             raise InvalidRequest(str(exc)) from None
         workload = spec.parsed_workload
         if spec.family:
-            family = spec.family
-            self.log.record_family(family, workload.op, workload.dtype, [workload.key])
+            self.log.record_family(spec.family, workload.op, workload.dtype, [workload.key])
         job_id = self.log.create_job(workload.key, spec.device_key, spec.target_spec.family, spec.strategy,
                                      spec.trials, _options_of(spec, self.catalog.version))
         self._start(self._new_status(job_id, spec, time.time()))
@@ -179,6 +182,7 @@ class JobManager:
     def shutdown(self) -> None:
         """Interrupt every running job: its results so far are in the log, and it stays ``running``
         there, so the next daemon start resumes it."""
+        self._validation.shutdown(wait=False, cancel_futures=True)
         with self._changed:
             jobs = list(self._jobs.values())
         for job in jobs:
