@@ -38,6 +38,7 @@ from measure_agent.templates import default_catalog  # noqa: E402
 from measure_agent.workload import parse_workload  # noqa: E402
 from tuner.daemon import FleetClient  # noqa: E402
 from tuner.daemon.embedded import local_fleet  # noqa: E402
+from tuner.fleet import JobSpec  # noqa: E402
 from tuner.log import TuningLog  # noqa: E402
 
 
@@ -46,8 +47,8 @@ def tune(workload, trials: int, parallel: int, strategy: str, db: str, device_ke
     start = time.perf_counter()
     with TuningLog(db) as log, local_fleet(log, device_key, parallel=parallel) as daemon:
         with FleetClient(daemon.address) as client:
-            job = client.submit(workload.key, device_key, strategy=strategy, trials=trials,
-                                timing=TimingConfig(repeat=3, min_repeat_ms=50))
+            job = client.submit(JobSpec(workload.key, device_key, strategy=strategy, trials=trials,
+                                        timing=TimingConfig(repeat=3, min_repeat_ms=50)))
             final = None
             for final in client.watch(job.job_id):
                 print(f"    {final.done}/{final.total} measured", end="\r", file=sys.stderr, flush=True)

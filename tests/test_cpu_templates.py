@@ -1,4 +1,4 @@
-"""The CPU operator templates (conv2d NCHW/NHWC, depthwise NCHW/NHWC, dense, batch_matmul).
+"""The CPU operator templates (conv2d NCHW/NHWC, depthwise NCHW/NHWC, matmul, dense, batch_matmul).
 
 Every valid config must compute the operator's numpy reference for any sizes: random configs of
 each template on random small shapes (remainders everywhere, stride 2, padding, dilation, batch 2,
@@ -161,6 +161,10 @@ HAND_PICKED = [
     # batch_matmul: unpacked B, packed A, K blocked, parallel
     ("batch_matmul(B=3,M=11,N=37,K=21)",
      dict(tile_m=(2, 3), tile_n=(1, 16), kc=16, pack_a=True, pack_b=False, unroll_k=2, parallel=True)),
+    # matmul (more in test_matmul_cpu_template.py): packed B blocks, packed A, K blocked, parallel
+    ("matmul(M=13,N=37,K=29)",
+     dict(tile_m=(2, 4), tile_n=(1, 16), kc=16, pack_a=True, pack_b=True, unroll_k=4, loop_order="m_outer",
+          parallel=True)),
 ]
 
 
@@ -216,6 +220,8 @@ DEFAULT_WORKLOADS = [
     "dense(M=64,N=3,K=1,dtype=float64)",
     "batch_matmul(B=12,M=128,N=128,K=64)",
     "batch_matmul(B=1,M=1,N=1,K=1)",
+    "matmul(M=512,N=512,K=512)",
+    "matmul(M=1,N=1,K=1,dtype=float64)",
 ]
 
 
@@ -257,11 +263,12 @@ def test_register_tiles_fit_and_vector_tiles_are_whole_vectors(op):
             "depthwise_conv2d_nchw": "depthwise_conv2d_nchw(N=1,C=96,H=20,W=70,R=3,S=3)",
             "depthwise_conv2d_nhwc": "depthwise_conv2d_nhwc(N=1,C=96,H=20,W=70,R=3,S=3)",
             "dense": "dense(M=40,N=96,K=40)",
-            "batch_matmul": "batch_matmul(B=2,M=40,N=96,K=40)"}[op]
+            "batch_matmul": "batch_matmul(B=2,M=40,N=96,K=40)",
+            "matmul": "matmul(M=40,N=96,K=40)"}[op]
     workload = parse_workload(text)
     axes = {"conv2d_nchw": ("tile_k", "tile_w"), "conv2d_nhwc": ("tile_k", "tile_w"),
             "depthwise_conv2d_nchw": ("tile_c", "tile_w"), "depthwise_conv2d_nhwc": ("tile_c", "tile_w"),
-            "dense": ("tile_n", "tile_m"), "batch_matmul": ("tile_n", "tile_m")}[op]
+            "dense": ("tile_n", "tile_m"), "batch_matmul": ("tile_n", "tile_m"), "matmul": ("tile_n", "tile_m")}[op]
     for device, lanes, budget in ((AVX2, 8, 12), (AVX512, 16, 24), (NEON, 4, 24)):
         space = TEMPLATES[op].space(workload, device)
         for config in space.sample(np.random.default_rng(0), 200):

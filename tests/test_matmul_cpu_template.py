@@ -19,7 +19,7 @@ from measure_agent.space import Config, ConfigSpace
 from measure_agent.templates.catalog import default_catalog
 from measure_agent.templates.cpu._common import GENERIC
 from measure_agent.templates.cpu_stack import stack_array
-from measure_agent.templates.matmul_cpu import K_UNROLLS, LOOP_ORDERS, MatmulCpuTemplate
+from measure_agent.templates.cpu.matmul import K_UNROLLS, LOOP_ORDERS, MatmulCpuTemplate
 from measure_agent.workload import Workload, make_workload
 
 TEMPLATE = MatmulCpuTemplate()
@@ -272,7 +272,7 @@ def test_render_imports_only_numpy_numba_and_the_stack_helper():
 def test_catalog_has_the_template():
     template = default_catalog().get("matmul", "cpu")
     assert isinstance(template, MatmulCpuTemplate)
-    assert (template.op, template.target, template.version) == ("matmul", "cpu", "2")
+    assert (template.op, template.target, template.version) == ("matmul", "cpu", "3")
 
 
 # -- the stack helper ----------------------------------------------------------------------------

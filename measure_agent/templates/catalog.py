@@ -70,9 +70,8 @@ def default_catalog() -> TemplateCatalog:
     """The production templates."""
     from measure_agent.templates.cpu import cpu_templates
     from measure_agent.templates.cuda import cuda_templates
-    from measure_agent.templates.matmul_cpu import MatmulCpuTemplate
 
-    return TemplateCatalog("default", [MatmulCpuTemplate(), *cpu_templates(), *cuda_templates()])
+    return TemplateCatalog("default", [*cpu_templates(), *cuda_templates()])
 
 
 def testing_catalog() -> TemplateCatalog:

@@ -1,7 +1,7 @@
 """Shared pieces of the CPU (numba) templates: target awareness, tile choices, rendering helpers.
 
 Every CPU template here builds its kernels from the same recipe (see the shared notes on numba CPU
-kernels and ``templates/matmul_cpu.py``):
+kernels and ``cpu/_gemm.py``, the GEMM nest of the matmul, dense and batch_matmul templates):
 
 - a register tile of accumulators in a fixed-size stack array (``cpu_stack.stack_array``), updated
   by constant-bound loops that LLVM fully unrolls and its SLP vectoriser turns into vector FMAs;
@@ -191,13 +191,13 @@ def indent(lines: list[str], spaces: int) -> list[str]:
 
 
 def header(title: str, workload, config: Config, call: str, blocks: str, tiled: tuple[str, ...],
-           parallel: bool) -> list[str]:
+           parallel: bool, outline_serial: bool = True) -> list[str]:
     """Comment lines naming the kernel, workload and compile-time config, then the imports.
 
     The text holds only what is compiled in, so configs that differ only in cache blocks share one
     kernel: the ``tiled`` knobs are named, and their cache blocks (``blocks``: how ``call``'s
     runtime arguments derive from them) are runtime arguments; their register tiles are the
-    constants below the imports.
+    constants below the imports. ``outline_serial``: as for :func:`kernel_head`.
     """
     items = [f"{k}={v}" for k, v in config.items if k not in tiled]
     lines = [f"# tunefleet {title}", f"# workload: {workload.key}"]
@@ -211,10 +211,15 @@ def header(title: str, workload, config: Config, call: str, blocks: str, tiled: 
     lines.append(f"# blocked knobs ({', '.join(tiled)}): cache blocks are runtime arguments, register tiles the "
                  "constants below")
     lines.append(f"#   {call} with {blocks}")
+    if parallel:
+        numba_import = "from numba import njit, prange"
+    elif outline_serial:
+        numba_import = "from numba import get_num_threads, njit, prange, set_num_threads"
+    else:
+        numba_import = "from numba import njit"
     lines += [
         "import numpy as np",
-        "from numba import njit, prange" if parallel
-        else "from numba import get_num_threads, njit, prange, set_num_threads",
+        numba_import,
         "",
         "from measure_agent.templates.cpu_stack import stack_array",
         "",
@@ -222,28 +227,39 @@ def header(title: str, workload, config: Config, call: str, blocks: str, tiled: 
     return lines
 
 
-def kernel_head(entry: str, params: str, parallel: bool) -> list[str]:
+def kernel_head(entry: str, params: str, parallel: bool, outline_serial: bool = True) -> list[str]:
     """Decorator and signature of the kernel's loop nest.
 
-    The loop nest is always compiled with ``parallel=True`` and its outer loops are ``prange``
-    loops: numba outlines a ``prange`` body into its own function, which LLVM optimised far better
-    than the same loops in one serial function (on one thread, conv NHWC 87 vs 31 GFLOPS, batched
-    matmul 76 vs 31, dense 70 vs 31). A ``parallel=False`` config gets the same loops run on the
-    calling thread only, by the wrapper of :func:`kernel_tail`.
+    By default (``outline_serial``) the loop nest is always compiled with ``parallel=True`` and its
+    outer loops are ``prange`` loops: numba outlines a ``prange`` body into its own function, which
+    LLVM optimised far better than the same loops in one serial function (on one thread, conv NHWC
+    87 vs 31 GFLOPS, batched matmul 76 vs 31, dense 70 vs 31). A ``parallel=False`` config gets the
+    same loops run on the calling thread only, by the wrapper of :func:`kernel_tail`. Without
+    ``outline_serial`` a ``parallel=False`` kernel is one plain ``njit`` function with ``range``
+    loops (:func:`loop_kind`), its entry point itself.
     """
+    if not parallel and not outline_serial:
+        return [f"@njit(cache=True, parallel=False, fastmath={FASTMATH}, error_model='numpy', boundscheck=False)",
+                f"def {entry}({params}):"]
     name = entry if parallel else f"_{entry}"
     return [f"@njit(cache=True, parallel=True, fastmath={FASTMATH}, error_model='numpy', boundscheck=False)",
             f"def {name}({params}):"]
 
 
-def kernel_tail(entry: str, params: str, parallel: bool) -> list[str]:
-    """For ``parallel=False``: the entry point, running the loop nest on the calling thread.
+def loop_kind(parallel: bool, outline_serial: bool = True) -> str:
+    """The loop of a kernel's parallel loops: ``prange`` unless the kernel is compiled serial."""
+    return "prange" if parallel or outline_serial else "range"
+
+
+def kernel_tail(entry: str, params: str, parallel: bool, outline_serial: bool = True) -> list[str]:
+    """For ``parallel=False`` with ``outline_serial``: the entry point, running the loop nest on
+    the calling thread.
 
     A Python function: numba cannot cache a compiled function that sets its thread count, and the
     engine's run worker loads kernels from the cache its build worker filled. Its ``compile``
     compiles (and caches) the loop nest, so the build step still does all the compiling.
     """
-    if parallel:
+    if parallel or not outline_serial:
         return []
     return [
         "",
@@ -275,7 +291,8 @@ class Tile:
     whole 16 x 6 conv tile then ran scalar (3 instead of 88 GFLOPS). Such tiles are stored only
     through the edge buffer, in loops with runtime bounds (``contiguous=False``); the others get a
     constant-bound store for whole tiles. Zeroing, copies and stores write the B rows out, one
-    line each, with a loop over the lanes.
+    line each, with a loop over the lanes; or, with ``row_loops``, as loops over the rows, then the
+    lanes (the elements in memory order: what the matmul kernels need, see ``cpu/_gemm.py``).
     """
 
     def __init__(self, rows: int, lanes: int, lane: str) -> None:
@@ -288,12 +305,15 @@ class Tile:
             return f"{name}[{b * self.V} + {self.v}]" if b else f"{name}[{self.v}]"
         return f"{name}[{b} * {self.V} + {self.v}]"
 
-    def zero(self) -> list[str]:
+    def zero(self, row_loops: bool = False) -> list[str]:
+        if row_loops:
+            return [f"acc = stack_array({self.size}, out.dtype)  # the register tile: {self.B} x {self.V}",
+                    f"for t in range({self.size}):", "    acc[t] = 0"]
         return [f"acc = stack_array({self.size}, out.dtype)  # the register tile: {self.B} x {self.V}",
                 f"for {self.v} in range({self.V}):"] + [f"    {self.at(b)} = 0" for b in range(self.B)]
 
     def store(self, *, row: str, target, whole: str, rows_edge: str, lanes_edge: str, first: str | None,
-              contiguous: bool) -> list[str]:
+              contiguous: bool, row_loops: bool = False) -> list[str]:
         """Store the tile: ``target(b)`` is the output element of row ``b`` (an int or ``row``, the
         edge loop's variable) in lane ``self.v``. ``contiguous``: the output is contiguous along
         the lanes, so whole tiles (``whole``) get a constant-bound store; all other tiles, and all
@@ -304,6 +324,9 @@ class Tile:
         v = self.v
 
         def whole_store(op: str) -> list[str]:
+            if row_loops:
+                return [f"for {row} in range({self.B}):", f"    for {v} in range({self.V}):",
+                        f"        {target(row)} {op} {self.at(row)}"]
             return [f"for {v} in range({self.V}):"] + [f"    {target(b)} {op} {self.at(b)}" for b in range(self.B)]
 
         def edge_store(op: str) -> list[str]:
@@ -316,8 +339,11 @@ class Tile:
                 return nest("=")
             return [f"if {first}:"] + indent(nest("="), 4) + ["else:"] + indent(nest("+="), 4)
 
-        copy = [f"edge = stack_array({self.size}, out.dtype)",
-                f"for {v} in range({self.V}):"] + [f"    {self.at(b, 'edge')} = {self.at(b)}" for b in range(self.B)]
+        if row_loops:
+            copy = [f"edge = stack_array({self.size}, out.dtype)", f"for t in range({self.size}):", "    edge[t] = acc[t]"]
+        else:
+            copy = [f"edge = stack_array({self.size}, out.dtype)",
+                    f"for {v} in range({self.V}):"] + [f"    {self.at(b, 'edge')} = {self.at(b)}" for b in range(self.B)]
         if not contiguous:
             return ["# the output is strided along the tile's vectors: store through a copy, in loops"] + \
                 copy + either(edge_store)
@@ -325,11 +351,20 @@ class Tile:
                 + ["else:  # edge tile: only the tile's own elements"] + indent(copy + either(edge_store), 4))
 
 
-def unrolled_loop(var: str, start: str, stop: str, factor: int, body: list[str]) -> list[str]:
+def unrolled_loop(var: str, start: str, stop: str, factor: int, body: list[str],
+                  remainder_loop: bool = False) -> list[str]:
     """``for var in range(start, stop): body``, with the body written ``factor`` times per
-    iteration (every copy after the first guarded by ``var < stop``, so no remainder loop)."""
+    iteration (every copy after the first guarded by ``var < stop``, so no remainder loop; or,
+    with ``remainder_loop``, unguarded copies up to the last whole group, then a plain loop)."""
     if factor == 1:
         return [f"for {var} in range({start}, {stop}):"] + indent(body, 4)
+    if remainder_loop:
+        main = f"{var}_main"
+        lines = [f"{main} = {stop} - ({stop} - {start}) % {factor}",
+                 f"for {var}_u in range({start}, {main}, {factor}):  # unrolled {factor}x"]
+        for step in range(factor):
+            lines += indent([f"{var} = {var}_u + {step}" if step else f"{var} = {var}_u"] + body, 4)
+        return lines + [f"for {var} in range({main}, {stop}):  # the remainder"] + indent(body, 4)
     lines = [f"for {var}_u in range({start}, {stop}, {factor}):  # unrolled {factor}x"]
     lines += indent([f"{var} = {var}_u"] + body, 4)
     for step in range(1, factor):

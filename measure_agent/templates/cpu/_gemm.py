@@ -1,25 +1,38 @@
-"""GotoBLAS-style GEMM loop nests shared by the dense and batch_matmul templates.
+"""GotoBLAS-style GEMM loop nests: the kernels of the matmul, dense and batch_matmul templates.
 
-The same design as ``templates/matmul_cpu.py`` (register-blocked micro-kernel, cache blocks as
-runtime arguments), generalised to a batch axis and to a transposed right operand:
+``out[(b,) m, n] = sum_k A[(b,) m, k] * B(k, n)``, with an optional batch axis and B either
+``[(b,) K, N]`` or transposed (``[N, K]``, dense weights): a register-blocked micro-kernel and cache
+blocks (MC, NC, KC) as runtime arguments, in one of two loop nests (``render_gemm``'s ``nest``):
+
+``work_items`` (dense, batch_matmul):
 
     [pack_b] copy the right operand into zero-padded NR-wide column panels: bp[(b,) panel, k, c]
              (one parallel pass per call, counted in the timing)
-    for each work item ((batch b,) MC-block of rows), in parallel if asked
-      for each NC-block of columns                                        (jc)
+    for each work item ((batch b,) MC-block of rows, NC-block of columns), in parallel if asked
         for each KC-block of the reduction                                (pc)
           [pack_a] copy the MC x KC block of A into MR-high strips, zero-padded
           for the NR-wide panels and MR-high strips of the block, in ``loop_order``
             MR x NR register tile, reduced over the KC block (``unroll_k`` copies per iteration),
             stored to out (added to it after the first KC block)
 
+``blocks_outer`` (matmul; no batch axis, B not transposed), the classic GotoBLAS order:
+
+    for each NC-block of columns                                          (jc)
+      for each KC-block of the reduction                                  (pc)
+        [pack_b] copy the KC x NC block of B into NR-wide panels, in parallel if asked
+        for each MC-block of rows, in parallel if asked                   (ic)
+          [pack_a], panels and strips, register tile: as above
+
 Two micro-kernels (``vector_axis``):
-- ``n``: vectorised over output columns: each A value broadcast against NR-wide rows of B (as the
-  matmul template). B must be packed when it is stored transposed (dense weights are [N, K]).
+- ``n``: vectorised over output columns: each A value broadcast against NR-wide rows of B. B must
+  be packed when it is stored transposed (dense weights are [N, K]).
 - ``k``: vectorised over the reduction (only for a transposed B, where A rows and B rows are both
   contiguous along k): MR x NR accumulator *vectors* of lanes along k, summed horizontally at the
   end of the block, the K remainder added one element at a time. Nothing is packed: the right
   choice for matrix-vector shapes (M = 1), where packing would triple the memory traffic.
+
+``gemm_space`` and ``gemm_default`` are the space and default of dense and batch_matmul; the matmul
+template keeps its own (no ``vector_axis`` knob, NR whole vectors only).
 """
 
 from __future__ import annotations
@@ -37,6 +50,7 @@ from measure_agent.templates.cpu._common import (
     indent,
     kernel_head,
     kernel_tail,
+    loop_kind,
     pick_split,
     reduction_blocks,
     Tile,
@@ -175,17 +189,41 @@ class _Operands:
         return "bp[b_item]" if self.batch else "bp"
 
 
-def render_gemm(*, title: str, entry: str, shape: GemmShape, workload, config: Config) -> str:
-    axis = config["vector_axis"]
+# The loop nests render_gemm offers (its ``nest`` argument).
+NESTS = ("work_items", "blocks_outer")
+
+
+def render_gemm(*, title: str, entry: str, shape: GemmShape, workload, config: Config,
+                nest: str = "work_items", outline_serial: bool = True, row_loops: bool = False,
+                remainder_loop: bool = False) -> str:
+    """The kernel text of ``config`` (knobs as in :func:`gemm_space`; without a ``vector_axis``
+    knob, vectorised over ``n``).
+
+    ``nest``: ``work_items`` (B packed whole, once per call; parallel (batch, MC, NC) work items,
+    each looping over the KC blocks) or ``blocks_outer`` (no batch axis, B not transposed: NC and KC
+    blocks outermost, the KC x NC block of B packed for each, its MC row blocks in parallel).
+    ``outline_serial``: how a ``parallel=False`` config compiles (see :func:`kernel_head`).
+    ``row_loops`` (``Tile``) and ``remainder_loop`` (``unrolled_loop``): how the ``n`` micro-kernel
+    zeroes and stores its register tile and unrolls k. The matmul template needs both (2-core Zen 3,
+    512^3 and 1024^3 float32): without row loops its serial kernels ran at 2-25 GFLOPS instead of
+    50-75, and with guarded copies instead of a remainder loop an unroll_k=4 parallel kernel at 5-10
+    instead of 40-85. dense and batch_matmul keep the defaults their kernels were measured with.
+    """
+    if nest not in NESTS:
+        raise ValueError(f"unknown GEMM loop nest {nest!r}; expected one of {NESTS}")
+    if nest == "blocks_outer" and (shape.batch or shape.transposed):
+        raise ValueError("the blocks_outer nest has no batch axis and reads B as [K, N]")
+    axis = config.get("vector_axis", "n")
     _, _, mr = config["tile_m"]
     _, _, nr = config["tile_n"]
     pack_a = config["pack_a"]
     pack_b = config["pack_b"] if not shape.transposed else axis == "n"
     parallel = config["parallel"]
-    loop = "prange"  # always (see kernel_head); parallel=False runs it on one thread
+    loop = loop_kind(parallel, outline_serial)
     ops = _Operands(shape)
     lines = header(title, workload, config, f"{entry}(A, B, out, MC, NC, KC)",
-                   "MC = tile_m[1] * MR, NC = tile_n[1] * NR, KC = kc", ("tile_m", "tile_n", "kc"), parallel)
+                   "MC = tile_m[1] * MR, NC = tile_n[1] * NR, KC = kc", ("tile_m", "tile_n", "kc"), parallel,
+                   outline_serial)
     emit = lines.append
     emit(f"MR = {mr}  # rows of out per register tile")
     emit(f"NR = {nr}  # columns of out per register tile")
@@ -193,24 +231,51 @@ def render_gemm(*, title: str, entry: str, shape: GemmShape, workload, config: C
         emit(f"KV = {config['k_lanes']}  # reduction lanes of partial sums per (row, column) pair")
     emit("")
     emit("")
-    lines += kernel_head(entry, "A, B, out, MC, NC, KC", parallel)
+    lines += kernel_head(entry, "A, B, out, MC, NC, KC", parallel, outline_serial)
     body: list[str] = []
     add = body.append
     if ops.batch:
         add("BATCH, M, K = A.shape")
         add("N = B.shape[2]")
     else:
-        add("BATCH = 1")
+        if nest == "work_items":
+            add("BATCH = 1")
         add("M, K = A.shape")
         add("N = B.shape[0]" if shape.transposed else "N = B.shape[1]")
     add("# cache blocks: whole register tiles, at least one")
     add("MC = max(MR, MC - MC % MR)")
     add("NC = max(NR, NC - NC % NR)")
     add("KC = max(KC, 1)")
-    add("n_panels_all = (N + NR - 1) // NR")
+    panel_setup = _panel_setup(axis, pack_b, nr, ops, nest)
+    strip_setup = _strip_setup(pack_a, mr)
+    if config["loop_order"] == "n_outer":  # one B panel stays hot while the A strips stream past
+        tiles = (["for panel in range(n_panels):"] + indent(panel_setup, 4)
+                 + indent(["for strip in range(m_strips):"], 4) + indent(strip_setup, 8))
+    else:  # one A strip stays hot while the B panels stream past
+        tiles = (["for strip in range(m_strips):"] + indent(strip_setup, 4)
+                 + indent(["for panel in range(n_panels):"], 4) + indent(panel_setup, 8))
+    if axis == "n":
+        tile = _tile_vector_n(ops, config, pack_a, pack_b, nest, row_loops, remainder_loop)
+    else:
+        tile = _tile_vector_k(ops, config)
+    block = (_pack_a(ops) if pack_a else []) + tiles + indent(tile, 8)
+    if nest == "work_items":
+        body += _work_items_nest(ops, loop, pack_b, block)
+    else:
+        body += _blocks_outer_nest(ops, loop, pack_b, block)
+    lines += indent(body, 4)
+    lines += kernel_tail(entry, "A, B, out, MC, NC, KC", parallel, outline_serial)
+    emit("")
+    return "\n".join(lines)
+
+
+def _work_items_nest(ops: _Operands, loop: str, pack_b: bool, block: list[str]) -> list[str]:
+    """B packed whole first, then the (batch, MC, NC) work items in parallel, each over its KC
+    blocks; ``block`` computes one MC x NC block of out from one KC block."""
+    lines = ["n_panels_all = (N + NR - 1) // NR"]
     if pack_b:
-        body += _pack_b(ops, loop)
-    body += [
+        lines += _pack_b(ops, loop)
+    return lines + [
         "m_blocks = (M + MC - 1) // MC",
         "n_blocks = (N + NC - 1) // NC",
         "# work items: (batch, MC-row block, NC-column block)" if ops.batch
@@ -227,37 +292,57 @@ def render_gemm(*, title: str, entry: str, shape: GemmShape, workload, config: C
         "    for pc in range(0, K, KC):",
         "        kc = min(KC, K - pc)",
         "        kb = np.uint64(pc)  # unsigned indices: no negative-index wraparound in hot loads",
+    ] + indent(block, 8)
+
+
+def _blocks_outer_nest(ops: _Operands, loop: str, pack_b: bool, block: list[str]) -> list[str]:
+    """The classic GotoBLAS order: for each NC block of columns and KC block of the reduction, the
+    KC x NC block of B packed (in parallel, into one buffer reused by every block), then the MC row
+    blocks in parallel; ``block`` computes one MC x NC block of out from the KC block."""
+    lines: list[str] = []
+    if pack_b:
+        lines += ["# B block packed into NR-wide panels, zero-padded: bp[panel, k, c] = B[pc + k, jc + panel * NR + c]",
+                  "bp = np.empty(((min(NC, N) + NR - 1) // NR, min(KC, K), NR), dtype=B.dtype)"]
+    lines += [
+        "for jc in range(0, N, NC):",
+        "    nc = min(NC, N - jc)",
+        "    n_panels = (nc + NR - 1) // NR",
+        "    for pc in range(0, K, KC):",
+        "        kc = min(KC, K - pc)",
+        "        kb = np.uint64(pc)  # unsigned indices: no negative-index wraparound in hot loads",
     ]
-    if pack_a:
-        body += indent([
-            "# A block packed into MR-high strips, zero-padded: a_packed[strip, k, r] = A[i0 + r, pc + k]",
-            "a_packed = np.empty((m_strips, kc, MR), dtype=A.dtype)",
-            "for strip in range(m_strips):",
-            "    i0 = ic + strip * MR",
-            "    mr = min(MR, ic + mc - i0)",
+    if pack_b:
+        lines += indent([
+            f"for panel in {loop}(n_panels):",
+            "    j0 = jc + panel * NR",
+            "    nr = min(NR, jc + nc - j0)",
             "    for k in range(kc):",
-            "        for r in range(mr):",
-            f"            a_packed[strip, k, r] = {ops.a('i0 + r', 'pc + k')}",
-            "        for r in range(mr, MR):",
-            "            a_packed[strip, k, r] = 0",
+            "        for c in range(nr):",
+            f"            bp[panel, k, c] = {ops.b('pc + k', 'j0 + c')}",
+            "        for c in range(nr, NR):",
+            "            bp[panel, k, c] = 0",
         ], 8)
-    panel_setup = _panel_setup(axis, pack_b, nr, ops)
-    strip_setup = _strip_setup(pack_a, mr)
-    if config["loop_order"] == "n_outer":  # one B panel stays hot while the A strips stream past
-        nest = (["for panel in range(n_panels):"] + indent(panel_setup, 4)
-                + indent(["for strip in range(m_strips):"], 4) + indent(strip_setup, 8))
-    else:  # one A strip stays hot while the B panels stream past
-        nest = (["for strip in range(m_strips):"] + indent(strip_setup, 4)
-                + indent(["for panel in range(n_panels):"], 4) + indent(panel_setup, 8))
-    if axis == "n":
-        tile = _tile_vector_n(ops, config, pack_a, pack_b)
-    else:
-        tile = _tile_vector_k(ops, config)
-    body += indent(nest + indent(tile, 8), 8)
-    lines += indent(body, 4)
-    lines += kernel_tail(entry, "A, B, out, MC, NC, KC", parallel)
-    emit("")
-    return "\n".join(lines)
+    return lines + indent([
+        f"for row_block in {loop}((M + MC - 1) // MC):",
+        "    ic = row_block * MC",
+        "    mc = min(MC, M - ic)",
+        "    m_strips = (mc + MR - 1) // MR",
+    ] + indent(block, 4), 8)
+
+
+def _pack_a(ops: _Operands) -> list[str]:
+    return [
+        "# A block packed into MR-high strips, zero-padded: a_packed[strip, k, r] = A[i0 + r, pc + k]",
+        "a_packed = np.empty((m_strips, kc, MR), dtype=A.dtype)",
+        "for strip in range(m_strips):",
+        "    i0 = ic + strip * MR",
+        "    mr = min(MR, ic + mc - i0)",
+        "    for k in range(kc):",
+        "        for r in range(mr):",
+        f"            a_packed[strip, k, r] = {ops.a('i0 + r', 'pc + k')}",
+        "        for r in range(mr, MR):",
+        "            a_packed[strip, k, r] = 0",
+    ]
 
 
 def _pack_b(ops: _Operands, loop: str) -> list[str]:
@@ -287,7 +372,7 @@ def _pack_b(ops: _Operands, loop: str) -> list[str]:
     ]
 
 
-def _panel_setup(axis: str, pack_b: bool, nr: int, ops: _Operands) -> list[str]:
+def _panel_setup(axis: str, pack_b: bool, nr: int, ops: _Operands, nest: str) -> list[str]:
     """Columns of the tile: B is read at columns jb + c, c in [0, NR); out gets c in [c_lo, c_hi)."""
     if axis == "k":
         return [
@@ -298,10 +383,12 @@ def _panel_setup(axis: str, pack_b: bool, nr: int, ops: _Operands) -> list[str]:
             "    b_rows[c] = np.uint64(min(j0 + c, N - 1))",
         ]
     if pack_b:
+        # work_items: panels of all of B (index j0 // NR); blocks_outer: of the NC block only
+        packed = f"{ops.panels()}[j0 // NR]" if nest == "work_items" else "bp[panel]"
         return [
             "j0 = jc + panel * NR",
             "jb, c_lo, c_hi = j0, 0, min(NR, jc + nc - j0)",
-            f"b_panel = {ops.panels()}[j0 // NR]",
+            f"b_panel = {packed}",
         ]
     return [
         "j0 = jc + panel * NR",
@@ -323,24 +410,28 @@ def _strip_setup(pack_a: bool, mr: int) -> list[str]:
     ]
 
 
-def _store(ops: _Operands, tile: Tile) -> list[str]:
+def _store(ops: _Operands, tile: Tile, row_loops: bool = False) -> list[str]:
     return tile.store(row="r", target=lambda b: ops.out(f"np.uint64(i0 + {b})", "np.uint64(jb + c)"),
                       whole="mr == MR and c_lo == 0 and c_hi == NR", rows_edge="0, mr", lanes_edge="c_lo, c_hi",
-                      first="pc == 0", contiguous=True)
+                      first="pc == 0", contiguous=True, row_loops=row_loops)
 
 
-def _tile_vector_n(ops: _Operands, config: Config, pack_a: bool, pack_b: bool) -> list[str]:
+def _tile_vector_n(ops: _Operands, config: Config, pack_a: bool, pack_b: bool, nest: str, row_loops: bool,
+                   remainder_loop: bool) -> list[str]:
     _, _, mr = config["tile_m"]
     _, _, nr = config["tile_n"]
     tile = Tile(mr, nr, "c")  # rows: MR rows of A (broadcast); lanes: NR columns of B
-    b_load = "b_panel[kb + kk, c]" if pack_b else ops.b("kb + kk", "b_cols + np.uint64(c)")
+    # packed panels hold all of K (work_items) or the KC block only (blocks_outer)
+    packed_k = "kb + kk" if nest == "work_items" else "kk"
+    b_load = f"b_panel[{packed_k}, c]" if pack_b else ops.b("kb + kk", "b_cols + np.uint64(c)")
     a_load = "a_strip[kk, r]" if pack_a else ops.a("a_rows[r]", "kb + kk")
     update = ["kk = np.uint64(k)",
               "for r in range(MR):",
               f"    a = {a_load}",
               "    for c in range(NR):",
               f"        {tile.at('r')} += a * {b_load}"]
-    return tile.zero() + unrolled_loop("k", "0", "kc", config["unroll_k"], update) + _store(ops, tile)
+    return (tile.zero(row_loops) + unrolled_loop("k", "0", "kc", config["unroll_k"], update, remainder_loop)
+            + _store(ops, tile, row_loops))
 
 
 def _tile_vector_k(ops: _Operands, config: Config) -> list[str]:
