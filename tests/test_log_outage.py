@@ -3,7 +3,6 @@ when it returns the job finishes with exactly its budget of distinct trials (SQL
 
 from __future__ import annotations
 
-import os
 import socket
 import sqlite3
 import threading
@@ -11,9 +10,7 @@ import time
 import uuid
 
 import pytest
-from sqlalchemy import create_engine
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import SQLAlchemyError
 
 from measure_agent.engine import TimingConfig
 from tuner.daemon import FleetClient
@@ -21,9 +18,9 @@ from tuner.fleet import JobSpec
 from tuner.log import TuningLog
 
 from fleet_helpers import FakeAgent, start_daemon, wait_for
+from test_tuning_log import PG_URL, pg_admin  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.timeout(180)
-PG_URL = os.environ.get("TUNEFLEET_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 JOB = JobSpec("matmul(M=2,N=2,K=1)", "fake", target="sleep", strategy="random", trials=24,
               timing=TimingConfig(repeat=1, warmup=0, run_timeout_s=5, build_timeout_s=5))
 
@@ -146,25 +143,16 @@ class CuttableProxy:
 
 
 @pytest.fixture()
-def pg_database():
-    """A fresh PostgreSQL database (dropped afterwards), or a skip when the server is unreachable."""
-    admin = create_engine(make_url(PG_URL).set(database="postgres"), isolation_level="AUTOCOMMIT",
-                          connect_args={"connect_timeout": 3})
-    try:
-        with admin.connect():
-            pass
-    except SQLAlchemyError as exc:
-        admin.dispose()
-        pytest.skip(f"PostgreSQL unreachable at {PG_URL}: {str(exc).splitlines()[0]}")
+def pg_database(pg_admin):
+    """A fresh PostgreSQL database (dropped afterwards); skipped when the server is unreachable."""
     name = f"tf_outage_{uuid.uuid4().hex[:12]}"
-    with admin.connect() as conn:
+    with pg_admin.connect() as conn:
         conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
     try:
         yield make_url(PG_URL).set(database=name)
     finally:
-        with admin.connect() as conn:
+        with pg_admin.connect() as conn:
             conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        admin.dispose()
 
 
 def test_postgresql_connections_cut_mid_job(pg_database):
