@@ -34,6 +34,10 @@ def test_sigkill_of_the_daemon_mid_job_resumes_without_loss_or_duplicates(tmp_pa
                                 timing=TimingConfig(repeat=1)))
         watcher = subprocess.Popen([sys.executable, "-m", "tuner", "wait", str(job.job_id), "--tracker", address],
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env)
+        # the watcher must have reached the daemon before it dies (a daemon never reached fails at
+        # once): its first progress line says it has
+        first = watcher.stderr.readline()
+        assert first.startswith("["), first
         with TuningLog(db) as log:
             wait_for(lambda: len(log.trials(workload_key="matmul(M=2,N=2,K=60)")) >= 6, what="some trials logged")
         daemon.send_signal(signal.SIGKILL)

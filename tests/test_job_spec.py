@@ -20,7 +20,7 @@ from tuner.daemon import FleetClient
 from tuner.daemon.client import spec_from_proto, spec_to_proto, status_from_proto, status_to_proto
 from tuner.daemon.jobs import _spec_of
 from tuner.fleet import JobSpec, JobSpecError, JobStatus
-from tuner.job import TuneOptions, TuneSummary
+from tuner.job import TuneOptions
 from tuner.log import TuningLog
 
 from fleet_helpers import start_daemon
@@ -81,9 +81,10 @@ def capture_runs(monkeypatch):
         def __init__(self, workload, measurer, log, catalog, options, on_progress=None, job_id=None, on_note=None):
             seen.append({"workload": workload, "measurer": measurer, "options": options, "job_id": job_id})
 
-        def run(self) -> TuneSummary:
+        def steps(self, wait_s: float = 0.0):
             ran.set()
             raise _Captured("captured")
+            yield  # a generator, as the loop's steps are
 
     monkeypatch.setattr("tuner.daemon.jobs.TuningJob", RecordingJob)
     return seen, ran

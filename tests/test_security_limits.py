@@ -17,7 +17,7 @@ from tuner.user_space import cache_file
 DOC = Path(__file__).resolve().parents[1] / "docs" / "security.md"
 # Where limits live; every MAX_* (and the other names below) of these modules must be documented.
 MODULES = (jobs, limits, service, expressions, space, bounded_json, steering, jsonl, bestfile, cache_file)
-OTHER_NAMES = ("VALIDATION_THREADS", "FINISHED_JOBS_KEPT", "LEASE_GRACE_S", "OVERDUE_LEASES_TO_QUARANTINE", "CONSTRAINT_CHECK_BUDGET_S")
+OTHER_NAMES = ("DRIVER_THREADS", "VALIDATION_THREADS", "FINISHED_JOBS_KEPT", "LEASE_GRACE_S", "OVERDUE_LEASES_TO_QUARANTINE", "CONSTRAINT_CHECK_BUDGET_S")
 
 
 def documented() -> dict[str, float]:

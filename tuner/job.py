@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Generator
 
 from measure_agent.device import DeviceInfo
 from measure_agent.engine import MeasureInput, MeasureResult, MeasureStatus
@@ -125,6 +125,19 @@ class TuningJob:
         self.job_id = job_id
 
     def run(self) -> TuneSummary:
+        """Tune to the end in this thread (waiting up to a second at a time for results)."""
+        steps = self.steps(wait_s=1.0)
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                return done.value
+
+    def steps(self, wait_s: float = 0.0) -> Generator[bool, None, TuneSummary]:
+        """The loop, one step at a time: each step proposes, collects and records what it can,
+        waiting at most ``wait_s`` for results, and yields whether it got anything done. The
+        generator returns the :class:`TuneSummary`. A few threads can so drive many jobs (the daemon
+        does), resting when no job has anything to do."""
         opts = self.options
         key = (self.workload.key, self.measurer.device_key, opts.target)
         if self.measurer.device_info:
@@ -172,12 +185,13 @@ class TuningJob:
                     in_flight.update(c.digest for c in batch)
                 if not in_flight and not unlogged:
                     break  # budget reached, space exhausted, or stopped early and drained
-                arrived = self.measurer.collect(timeout_s=1.0) if in_flight else []
+                arrived = self.measurer.collect(timeout_s=wait_s) if in_flight else []
                 records = [self._record(job_id, item.config, result) for item, result in arrived]
                 unlogged.write(records)  # one transaction per arrival group, or held for a retry
                 if not arrived:
                     if not in_flight:
-                        unlogged.wait()
+                        unlogged.wait(wait_s)
+                    yield False
                     continue
                 strategy.observe([self._observation(r) for r in records])
                 for item, result in arrived:
@@ -198,9 +212,13 @@ class TuningJob:
                     stopped_early = True  # what is in flight is still collected and logged
                 if opts.time_budget_s is not None and time.monotonic() - started >= opts.time_budget_s:
                     stopped_early = True  # wall-time budget spent: drain what is in flight
+                yield True
             final_status = "done"
         except MeasurementAborted as exc:
             final_status = exc.job_status
+            raise
+        except GeneratorExit:  # abandoned by its driver (the process is ending): resumed later
+            final_status = None
             raise
         finally:
             if final_status is not None:  # None: interrupted, left running to be resumed
@@ -295,9 +313,9 @@ class _HeldResults:
         self._backoff = self.FIRST_BACKOFF_S
         self._next_try = 0.0
 
-    def wait(self) -> None:
-        """Sleep until the next write may be tried (nothing else to do meanwhile)."""
-        time.sleep(max(0.0, min(1.0, self._next_try - time.monotonic())))
+    def wait(self, most_s: float) -> None:
+        """Sleep until the next write may be tried, ``most_s`` at most (nothing else to do meanwhile)."""
+        time.sleep(max(0.0, min(most_s, self._next_try - time.monotonic())))
 
     def retrying(self, action: Callable[[], object], attempts: int) -> None:
         """``action`` (a small write), retried while the log is away, ``attempts`` times at most."""

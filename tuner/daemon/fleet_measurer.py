@@ -38,17 +38,24 @@ class FleetMeasurer(Measurer):
     def device_info(self) -> dict:  # type: ignore[override]
         return self.scheduler.device_info(self.device_key, self.requirement)
 
-    def wait_for_device(self) -> None:
-        """Block until an agent that may measure the job has registered (its device info shapes
-        the job's space); raises :class:`MeasurementAborted` on cancel, daemon stop or
+    def device_ready(self) -> bool:
+        """Whether an agent that may measure the job has registered (its device info shapes the
+        job's space), without waiting; raises :class:`MeasurementAborted` on cancel, daemon stop or
         ``wait_timeout_s`` without such an agent."""
-        self._waiting_since = self.scheduler.now()
+        if self._waiting_since is None:
+            self._waiting_since = self.scheduler.now()
+        if self.scheduler.device_info(self.device_key, self.requirement):
+            self._waiting_since = None
+            return True
+        self._check_can_go_on()
+        return False
+
+    def wait_for_device(self) -> None:
+        """:meth:`device_ready`, waiting until it is."""
         while True:
             generation = self.scheduler.generation
-            if self.scheduler.device_info(self.device_key, self.requirement):
-                self._waiting_since = None
+            if self.device_ready():
                 return
-            self._check_can_go_on()
             self.scheduler.wait_for_change(generation, 0.5)
 
     def submit(self, items: Sequence[MeasureInput]) -> None:

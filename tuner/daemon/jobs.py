@@ -1,4 +1,4 @@
-"""Tuning jobs in the daemon: validated on submission, each run by a :class:`TuningJob` in a thread.
+"""Tuning jobs in the daemon: validated on submission, run as :class:`TuningJob` steps by a few driver threads.
 
 A job is its :class:`~tuner.fleet.JobSpec`, stored with the job in the log, and the
 :class:`~tuner.fleet.JobStatus` clients are shown; both are immutable, replaced on every change.
@@ -17,7 +17,7 @@ from typing import Iterator
 from measure_agent.protocol.errors import InvalidRequest, NotFound
 from measure_agent.templates import TemplateCatalog, TemplateNotFound
 from tuner.daemon.fleet_measurer import FleetMeasurer
-from tuner.daemon.limits import FINISHED_JOBS_KEPT, VALIDATION_THREADS
+from tuner.daemon.limits import DRIVER_THREADS, FINISHED_JOBS_KEPT, VALIDATION_THREADS
 from tuner.daemon.scheduler import Scheduler
 from tuner.fleet.jobs import JobSpec, JobSpecError, JobStatus
 from tuner.job import Progress, TuneOptions, TuningJob
@@ -33,7 +33,7 @@ class _Job:
     version: int = 0  # bumped on every change, so watchers wait for news
     cancel: threading.Event = field(default_factory=threading.Event)  # by a user: the job ends
     interrupt: threading.Event = field(default_factory=threading.Event)  # daemon stopping: resumes later
-    thread: threading.Thread | None = None
+    steps: Iterator[bool] | None = None  # the job's loop, advanced one step at a time by a driver
 
 
 def _options_of(spec: JobSpec, template_version: str) -> dict:
@@ -58,6 +58,11 @@ class JobManager:
         self._finished: deque[int] = deque()  # ids of finished jobs still in memory, oldest first
         self._validation = ThreadPoolExecutor(max_workers=VALIDATION_THREADS, thread_name_prefix="tunefleet-validate")
         self._changed = threading.Condition()
+        # Jobs do not each hold a thread: DRIVER_THREADS drivers take turns advancing the runnable
+        # ones a step each, and rest on the scheduler's changes when none had anything to do.
+        self._runnable: deque[_Job] = deque()
+        self._drivers: list[threading.Thread] = []
+        self._stopping = threading.Event()
 
     def submit(self, spec: JobSpec) -> JobStatus:
         """Validate ``spec`` against the daemon's templates, record the job and start it;
@@ -108,11 +113,49 @@ class JobManager:
 
     def _start(self, status: JobStatus) -> None:
         job = _Job(status)
+        job.steps = self._steps(job)
         with self._changed:
             self._jobs[status.job_id] = job
-        job.thread = threading.Thread(target=self._run, args=(job,), name=f"tunefleet-job-{status.job_id}",
-                                      daemon=True)
-        job.thread.start()
+            self._runnable.append(job)
+            if not self._drivers:
+                self._drivers = [threading.Thread(target=self._drive, name=f"tunefleet-jobs-{i}", daemon=True)
+                                 for i in range(DRIVER_THREADS)]
+                for driver in self._drivers:
+                    driver.start()
+        self.scheduler.nudge()  # wake a resting driver
+
+    def _drive(self) -> None:
+        """Advance runnable jobs one step at a time; when a whole round got nothing done, rest
+        until the scheduler changes (a result, an agent, a cancellation) or half a second passes."""
+        idle_round = 0
+        while not self._stopping.is_set():
+            generation = self.scheduler.generation
+            with self._changed:
+                job = self._runnable.popleft() if self._runnable else None
+                pending = len(self._runnable) + 1
+            if job is None:
+                self.scheduler.wait_for_change(generation, 0.5)
+                continue
+            busy = self._advance(job)
+            if busy is None:
+                continue  # the job ended
+            with self._changed:
+                self._runnable.append(job)
+            idle_round = 0 if busy else idle_round + 1
+            if idle_round >= pending:
+                idle_round = 0
+                self.scheduler.wait_for_change(generation, 0.5)
+
+    def _advance(self, job: _Job) -> bool | None:
+        """One step of the job: whether it got anything done, None once it has ended."""
+        try:
+            return next(job.steps)
+        except StopIteration:
+            return None
+        except Exception:  # noqa: BLE001 - _steps handles a job's errors; this is a last resort
+            logger.exception("job %d stopped unexpectedly", job.status.job_id)
+            self._update(job, state="failed", message="the daemon failed running this job (see its log)")
+            return None
 
     def get(self, job_id: int) -> JobStatus:
         return self._get(job_id)[0]
@@ -156,9 +199,14 @@ class JobManager:
                 raise NotFound(f"no job {job_id} in this daemon")
         job.cancel.set()
         self.scheduler.cancel_job(job_id)
-        if job.thread is not None:
-            job.thread.join(timeout=10)
+        self._wait_finished([job], 10)
         return self.get(job_id)
+
+    def _wait_finished(self, jobs: list[_Job], timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        with self._changed:
+            while any(not j.status.finished for j in jobs) and time.monotonic() < deadline:
+                self._changed.wait(0.1)
 
     def watch(self, job_id: int, poll_s: float = 1.0, is_active=lambda: True,
               min_interval_s: float = 0.1) -> Iterator[JobStatus]:
@@ -188,9 +236,11 @@ class JobManager:
         for job in jobs:
             job.interrupt.set()
             self.scheduler.cancel_job(job.status.job_id)
-        for job in jobs:
-            if job.thread is not None:
-                job.thread.join(timeout=10)
+        self._wait_finished(jobs, 10)
+        self._stopping.set()
+        self.scheduler.nudge()
+        for driver in self._drivers:
+            driver.join(timeout=10)
 
     # -- internals --------------------------------------------------------------------------
     def _with_counts(self, status: JobStatus) -> JobStatus:
@@ -244,14 +294,14 @@ class JobManager:
         while len(self._finished) > FINISHED_JOBS_KEPT:
             self._jobs.pop(self._finished.popleft(), None)
 
-    def _run(self, job: _Job) -> None:
+    def _steps(self, job: _Job) -> Iterator[bool]:
         try:
-            self._tune(job)
+            yield from self._tune(job)
         finally:
             # However the job ended, nothing of it stays queued or leased for the agents.
             self.scheduler.cancel_job(job.status.job_id)
 
-    def _tune(self, job: _Job) -> None:
+    def _tune(self, job: _Job) -> Iterator[bool]:
         spec, job_id = job.status.spec, job.status.job_id
         target = spec.target_spec
         measurer = FleetMeasurer(self.scheduler, spec.device_key, job_id, spec.priority, spec.timing,
@@ -268,7 +318,8 @@ class JobManager:
             try:
                 # The space depends on the device (vector width, GPU limits): propose nothing
                 # before an agent that can measure the job has said what it is.
-                measurer.wait_for_device()
+                while not measurer.device_ready():
+                    yield False
             except MeasurementAborted as exc:
                 if exc.job_status is not None:  # cancelled or timed out, not a stopping daemon
                     self._finish_in_log(job_id, exc.job_status)
@@ -276,7 +327,7 @@ class JobManager:
             tuning = TuningJob(spec.parsed_workload, measurer, self.log, self.catalog, TuneOptions.from_spec(spec),
                                on_progress=on_progress, job_id=job_id,
                                on_note=lambda note: self._update(job, message=note))
-            summary = tuning.run()
+            summary = yield from tuning.steps(wait_s=0.0)
         except MeasurementAborted as exc:
             self._update(job, state=exc.job_status or "interrupted", message=str(exc))
             return

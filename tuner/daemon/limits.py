@@ -28,6 +28,7 @@ MAX_CLIENT_CALLS = 64  # client calls in progress at once; agents' calls are nev
 MAX_CLIENT_CALLS_PER_PEER = 16
 SERVER_THREADS = 256
 MAX_LISTED_JOBS = 500  # jobs in one ListJobs page
+DRIVER_THREADS = 4  # threads that advance all the daemon's jobs, a step at a time
 VALIDATION_THREADS = 2  # submissions whose constraints are checked at once
 FINISHED_JOBS_KEPT = 1000  # finished jobs remembered in memory (the log keeps them all)
 LEASE_GRACE_S = 60.0  # added to every lease's deadline (worker start-up, a slow network)

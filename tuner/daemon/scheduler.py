@@ -214,6 +214,11 @@ class Scheduler:
         """Counts changes (results, agents, cancellations); see :meth:`wait_for_change`."""
         return self._generation
 
+    def nudge(self) -> None:
+        """Count a change nothing else announced (a job started), waking whoever waits for one."""
+        with self._lock:
+            self._notify()
+
     def wait_for_change(self, since_generation: int, timeout_s: float) -> None:
         """Block until :attr:`generation` moves past ``since_generation`` or ``timeout_s`` passes."""
         with self._lock:
