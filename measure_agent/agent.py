@@ -12,6 +12,7 @@ leaves.
 from __future__ import annotations
 
 import logging
+import random
 import socket
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -53,6 +54,12 @@ class _LeasedBatch:
         for lease_id, item, timing in self.items:
             groups.setdefault(timing, []).append((lease_id, item))
         return groups
+
+
+def jittered(seconds: float) -> float:
+    """A pause of between half and all of ``seconds``: after a daemon restart, a fleet's agents
+    then come back spread out instead of all at once, in lockstep."""
+    return seconds * random.uniform(0.5, 1.0)
 
 
 class AgentRefused(Exception):
@@ -107,12 +114,14 @@ class Agent:
                     self._serve_one_batch()
                     backoff = 0.5
                 except Unavailable as exc:
-                    logger.warning("%s; retrying in %.1f s", exc, backoff)
-                    self._stop.wait(backoff)
+                    pause = jittered(backoff)
+                    logger.warning("%s; retrying in %.1f s", exc, pause)
+                    self._stop.wait(pause)
                     backoff = min(self.max_backoff_s, backoff * 2)
                 except FleetError as exc:
-                    logger.warning("daemon error: %s; retrying in %.1f s", exc, backoff)
-                    self._stop.wait(backoff)
+                    pause = jittered(backoff)
+                    logger.warning("daemon error: %s; retrying in %.1f s", exc, pause)
+                    self._stop.wait(pause)
                     backoff = min(self.max_backoff_s, backoff * 2)
         finally:
             self._drop_next()

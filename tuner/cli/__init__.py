@@ -34,6 +34,9 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    from measure_agent import __version__  # one version for the whole distribution
+
+    parser.add_argument("--version", action="version", version=f"tuner {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in COMMAND_MODULES:
         module.register(subparsers)
