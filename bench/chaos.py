@@ -19,11 +19,8 @@ run, and the latency of agent heartbeats (p50/p99, from a probe agent) during th
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import sqlite3
-import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -47,15 +44,9 @@ from tuner.daemon import Daemon, FleetClient  # noqa: E402
 from tuner.fleet import JobSpec  # noqa: E402
 from tuner.log import TuningLog  # noqa: E402
 
+from fleet import start_agents  # noqa: E402 - bench/fleet.py, beside this script
+
 KEY = "chaos"
-
-
-def start_agents(address: str, count: int, cache_dir: str) -> list[subprocess.Popen]:
-    env = dict(os.environ, XDG_CACHE_HOME=cache_dir)
-    return [subprocess.Popen([sys.executable, "-m", "measure_agent", "--tracker", address, "--key", KEY,
-                              "--name", f"{KEY}-{i}", "--parallel", "1", "--templates", "testing"],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-            for i in range(count)]
 
 
 def wait_until(predicate, timeout_s: float, what: str) -> None:
@@ -145,7 +136,7 @@ def run(workdir: str, name: str, spec: JobSpec, faults: bool, db_outage_s: float
     log = TuningLog(f"sqlite:///{db}")
     daemon = Daemon(log, "127.0.0.1:0", catalog=testing_catalog(), heartbeat_interval_s=0.5,
                     agent_timeout_s=3.0).start()
-    agents = start_agents(daemon.address, 4, workdir)
+    agents = start_agents(daemon.address, KEY, 4, workdir)
     frozen = None
     flood = probe = None
     try:

@@ -127,6 +127,14 @@ def fleet_client(args: argparse.Namespace, address: str | None = None):
         raise CliError(str(exc)) from None
 
 
+def check_fleet_arguments(args: argparse.Namespace, command: str) -> None:
+    """``--tracker`` and ``--rpc-key`` go together (without both, ``command`` measures on this host)."""
+    if args.rpc_key and not args.tracker:
+        raise CliError(f"--rpc-key needs --tracker HOST:PORT: without a daemon, {command} measures on this host")
+    if args.tracker and not args.rpc_key:
+        raise CliError("--tracker needs --rpc-key KEY: the device key of the agents to use")
+
+
 @contextmanager
 def opened_fleet(args: argparse.Namespace, command: str, target: str, *, db: str | None = None) -> Iterator:
     """:func:`tuner.fleet.connect.open_fleet` for ``--tracker``/``--rpc-key`` (or the embedded
@@ -137,10 +145,7 @@ def opened_fleet(args: argparse.Namespace, command: str, target: str, *, db: str
     from tuner.settings import SettingsError
     from tuner.steering import SteeringError
 
-    if args.rpc_key and not args.tracker:
-        raise CliError(f"--rpc-key needs --tracker HOST:PORT: without a daemon, {command} measures on this host")
-    if args.tracker and not args.rpc_key:
-        raise CliError("--tracker needs --rpc-key KEY: the device key of the agents to use")
+    check_fleet_arguments(args, command)
     token, tls = _credentials(args) if args.tracker else (None, None)
     device_key = args.rpc_key if args.tracker else getattr(args, "device_key", None)
     try:

@@ -14,7 +14,15 @@ import json
 import sys
 
 from measure_agent.protocol.errors import FleetError
-from tuner.cli.common import EXIT_FAILURE, CliError, add_db_arguments, opened_fleet, positive_int, positive_int32
+from tuner.cli.common import (
+    EXIT_FAILURE,
+    CliError,
+    add_db_arguments,
+    check_fleet_arguments,
+    opened_fleet,
+    positive_int,
+    positive_int32,
+)
 from tuner.cli.tune import add_local_fleet_arguments, add_search_arguments, search_spec_from_args, timing_from_args
 
 LATENCY_NOTE = ("estimated model latency = sum over tasks of count x mean time of one call; operators that "
@@ -108,8 +116,7 @@ def print_task_table(found, out=None) -> None:
 def run_tune_model(args: argparse.Namespace) -> int:
     from tuner.steering import SteeringError, parse_target
 
-    if args.rpc_key and not args.tracker:
-        raise CliError("--rpc-key needs --tracker HOST:PORT: without a daemon, tune-model measures on this host")
+    check_fleet_arguments(args, "tune-model")  # before reading the model, which may be large
     found = _extract(args.model, args.batch)
     for skipped in found.skipped:
         _warn(f"skipped {skipped}")

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Sequence
 
 from measure_agent.arguments import device_key_type
-from measure_agent.device import DeviceInfo
 from measure_agent.protocol.errors import FleetError, InvalidRequest
 from measure_agent.templates import TemplateNotFound, default_catalog
 from tuner.cli.common import (
@@ -74,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
                 if not agents:
                     raise CliError(f"no agent of key {fleet.device_key} is connected to {args.tracker}", EXIT_FAILURE)
                 # the space of the measuring device: the one its workers validate against
-                space = template.space(workload, DeviceInfo.from_json(agents[0].device_info))
+                space = template.space(workload, agents[0].device)
                 chosen = choose_configs(template, workload, space, args.samples, args.seed)
                 where = fleet.device_key if fleet.embedded else f"fleet key {fleet.device_key} ({len(agents)} agents)"
                 print(f"verify {workload.key} on {where}, target {args.target}: the default config and "
