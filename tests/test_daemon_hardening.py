@@ -285,10 +285,10 @@ def test_a_costly_constraint_is_refused_within_its_budget_by_the_daemon(log, mon
     try:
         with FleetClient(daemon.address) as client:
             spec = JobSpec("matmul_512x512x512", "k", constraints=(heavy_constraint(matmul_space().knob_names),))
-            started = time.monotonic()
             with pytest.raises(InvalidRequest, match="is too costly to check") as caught:
                 client.submit(spec)
-            assert time.monotonic() - started < 30 and "\n" not in str(caught.value)
+            # refused by its budget (the pytest timeout bounds the wait), in one line
+            assert "took over 0.5 s" in str(caught.value) and "\n" not in str(caught.value)
             for text in COSTLY:  # CPU- or memory-bombs: refused at once, one line each
                 with pytest.raises(InvalidRequest) as caught:
                     client.submit(JobSpec("matmul_512x512x512", "k", constraints=(text,)))
