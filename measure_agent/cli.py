@@ -1,6 +1,7 @@
 """The ``measure-agent`` command line.
 
-``measure-agent --tracker HOST:PORT --key KEY`` joins a daemon's fleet under a device key and
+``measure-agent --tracker HOST:PORT [--key KEY]`` joins a daemon's fleet under a device key (default:
+the host's detected key, which ``tuner best`` and ``tuner.best_kernel`` on the host look up) and
 measures what it is given until SIGTERM (it finishes the batch in flight first). ``info`` describes
 this device as the tuner will record it; ``measure`` builds, checks and times one config here,
 through the same engine.
@@ -75,8 +76,12 @@ def run_agent(args: argparse.Namespace) -> int:
     from measure_agent.agent import Agent, AgentRefused
 
     if not args.key:
-        print("measure-agent: error: --tracker needs --key KEY (the device key to join under)", file=sys.stderr)
-        return 2
+        # The detected key is what tuner.best_kernel and `tuner best` on this host look up first.
+        from measure_agent.device import detect_device
+
+        args.key = detect_device().default_key
+        print(f"measure-agent: joining under this host's detected key {args.key} (--key to choose another)",
+              file=sys.stderr)
     from measure_agent.protocol.connection import CredentialsError, TlsFiles, read_tokens
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -101,11 +106,13 @@ def run_agent(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="measure-agent", description="tunefleet measurement agent",
-        epilog="Join a fleet: measure-agent --tracker HOST:PORT --key KEY [--name NAME] [--parallel N]",
+        epilog="Join a fleet: measure-agent --tracker HOST:PORT [--key KEY] [--name NAME] [--parallel N]",
     )
     parser.add_argument("--version", action="version", version=f"measure-agent {__version__}")
     parser.add_argument("--tracker", type=host_port_type(lowest_port=1), metavar="HOST:PORT", help="the daemon to join")
-    parser.add_argument("--key", type=device_key_type, help="device key to join under, e.g. jetson-orin or rpi4")
+    parser.add_argument("--key", type=device_key_type,
+                        help="device key to join under, e.g. jetson-orin or rpi4 (default: this host's detected key, "
+                             "as `measure-agent info` prints)")
     parser.add_argument("--name", help="this agent's name (default: the host name)")
     parser.add_argument("--parallel", type=positive_int32, default=1, help="candidates built at once (default 1)")
     parser.add_argument("--token-file", metavar="FILE", help="agent token, when the daemon requires one")
@@ -135,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         if not args.tracker:
             parser.print_usage(sys.stderr)
-            print("measure-agent: error: give --tracker HOST:PORT --key KEY, or a command", file=sys.stderr)
+            print("measure-agent: error: give --tracker HOST:PORT [--key KEY], or a command", file=sys.stderr)
             return 2
         return run_agent(args)
     try:

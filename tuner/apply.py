@@ -11,8 +11,10 @@
 
 Where the config comes from, in order:
 
-1. the best ok trial of exactly this workload on the device (``device_key``, default this host's
-   key; a glob such as ``x86_64-*`` ranks the matching devices together) and target;
+1. the best ok trial of exactly this workload on the device (``device_key``, default this host:
+   its detected key and every key under which the log recorded a device of the same identity, such
+   as a fleet's ``--rpc-key rpi4`` for this Raspberry Pi; a glob such as ``x86_64-*`` ranks the
+   matching devices together) and target; the kernel's ``device_key`` says which key it came from;
 2. else, for a shape inside a tuned shape range, the config of the range's nearest representative;
    else, with ``nearest`` (default), the best config of the nearest tuned shape of the same
    operator and dtype that is valid for this shape; either with a :class:`NotTunedWarning`;
@@ -172,10 +174,13 @@ def best_kernel(
 
     template = default_catalog().get(workload.op, target)
     this_host = detect_device()
+    # Asked for this host (no key): also what a fleet measured on a device of this host's identity
+    # under its own --rpc-key; an explicit key means exactly that key.
+    identity = this_host.default_key if device_key is None else None
     if device_key is None:
         device_key = this_host.default_key
 
-    best = _best_config(workload, device_key, db, target, nearest)
+    best = _best_config(workload, device_key, db, target, nearest, identity)
     if not best.found:
         config = template.default_config(workload, template.space(workload, this_host))
         warnings.warn(f"tuner.best_kernel: no tuned config for {workload.key} on {device_key} ({best.why}); "
@@ -209,7 +214,8 @@ def _apply_numba_environment() -> bool:
     return fresh
 
 
-def _best_config(workload: Workload, device_key: str, db: Any, target: str, nearest: bool) -> BestConfig:
+def _best_config(workload: Workload, device_key: str, db: Any, target: str, nearest: bool,
+                 device_identity: str | None) -> BestConfig:
     from tuner.log import BestConfig, resolve_best_config
 
     if db is None:
@@ -217,7 +223,8 @@ def _best_config(workload: Workload, device_key: str, db: Any, target: str, near
         if missing is not None:  # nothing tuned yet: fall back without creating the log
             return BestConfig(workload, target, device_key, (device_key,), why=f"no tuning log at {missing}")
     with _open_source(db) as source:
-        return resolve_best_config(source, workload, device_key, target, nearest=nearest, catalog=default_catalog())
+        return resolve_best_config(source, workload, device_key, target, nearest=nearest, catalog=default_catalog(),
+                                   device_identity=device_identity)
 
 
 def _missing_default_log() -> Path | None:

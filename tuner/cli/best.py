@@ -20,8 +20,9 @@ from tuner.cli.common import (
 if TYPE_CHECKING:
     from tuner.log import BestConfig
 
-DEVICE_KEY_HELP = ("device key (default: this host's key); a glob such as 'x86_64-*' ranks the trials of all "
-                   "matching devices together")
+DEVICE_KEY_HELP = ("device key (default: this host: its detected key and every key under which the log recorded "
+                   "a device of the same identity, e.g. a fleet's --rpc-key); a glob such as 'x86_64-*' ranks "
+                   "the trials of all matching devices together")
 NEAREST_HELP = (
     "if the workload was never tuned on the device, use the nearest tuned workload of the same operator and "
     "dtype: smallest log-distance over sizes, sqrt(sum(log2(a/b)^2)), whose config is valid for this shape "
@@ -51,9 +52,11 @@ def best_config_of(args: argparse.Namespace, top: int = 1) -> BestConfig:
 
     workload = workload_arg(args.workload)
     device_key = args.device_key or local_device_key()
+    identity = None if args.device_key else device_key  # this host: also its keys on a fleet
     with open_log(args.db, existing=True) as log:
         try:
-            best = resolve_best_config(log, workload, device_key, args.target, nearest=args.nearest, top=top)
+            best = resolve_best_config(log, workload, device_key, args.target, nearest=args.nearest, top=top,
+                                       device_identity=identity)
         except TemplateNotFound as exc:
             raise CliError(str(exc)) from None
     if best.found:
@@ -88,4 +91,6 @@ def run(args: argparse.Namespace) -> int:
               "times are that workload's")
     else:
         print(f"workload {workload.key} on {best.device_key} ({best.target})")
+        if first.device_key != best.device_key and args.device_key is None:
+            print(f"FROM KEY {first.device_key}: {best.why}")
     return 0

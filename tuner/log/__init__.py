@@ -24,6 +24,7 @@ from tuner.log.best_config import (
     RejectedConfig,
     exact_best_config,
     find_best,
+    keys_of_device,
     resolve_best_config,
     workload_distance,
 )
@@ -77,6 +78,7 @@ __all__ = [
     "TuningLogError",
     "LogUnavailable",
     "exact_best_config",
+    "keys_of_device",
     "export_best",
     "export_trials",
     "find_best",

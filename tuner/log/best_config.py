@@ -94,6 +94,11 @@ class BestSource(Protocol):
         source, sorted; a plain key stays itself, known to the source or not."""
         ...
 
+    def recorded_devices(self) -> dict[str, dict[str, Any]]:
+        """Every device key of the source with its recorded info (``{}`` where none was recorded),
+        in key order: what :func:`keys_of_device` reads device identities from."""
+        ...
+
 
 @dataclass(frozen=True)
 class BestMatch:
@@ -219,13 +224,20 @@ def resolve_best_config(
     nearest: bool = False,
     top: int = 1,
     catalog: TemplateCatalog | None = None,
+    device_identity: str | None = None,
 ) -> BestConfig:
     """The best config for ``workload`` on ``device_key`` (a key or a glob) and ``target``: exact,
     else family, else (with ``nearest``) the nearest tuned shape; every config validated (module
     docstring). ``top`` keeps that many alternatives in ``matches``. ``catalog`` defaults to the
     installed templates; a missing template raises
-    :class:`~measure_agent.templates.TemplateNotFound` once a config needs checking."""
-    return _resolve(source, workload, device_key, target, top, catalog, nearest=nearest, family=True)
+    :class:`~measure_agent.templates.TemplateNotFound` once a config needs checking.
+
+    ``device_identity`` (a host's detected key, ``DeviceInfo.default_key``) also ranks the trials of
+    every key under which the source recorded a device of that identity (:func:`keys_of_device`):
+    what a fleet measured on this kind of board under its ``--rpc-key`` is found on the board itself.
+    The answer's matches name the key each config was recorded under."""
+    return _resolve(source, workload, device_key, target, top, catalog, nearest=nearest, family=True,
+                    device_identity=device_identity)
 
 
 def exact_best_config(
@@ -291,6 +303,28 @@ def transfer_config(space: ConfigSpace, config_json: dict[str, Any]) -> Config:
     return space.from_json(adapted)
 
 
+def keys_of_device(source: BestSource, identity: str) -> list[str]:
+    """The device keys under which ``source`` recorded a device whose identity is ``identity``.
+
+    A device's identity is the key it detects for itself (``DeviceInfo.default_key``: arch, board or
+    CPU model, cores, vector ISA, GPU), computed from the info recorded with its trials, so it holds
+    whatever key a fleet measured it under, and for logs written before identities were asked for.
+    Keys recorded without info have no identity and are never included.
+    """
+    from measure_agent.device import DeviceInfo
+
+    keys = []
+    for key, info in source.recorded_devices().items():
+        if not info:
+            continue
+        try:
+            if DeviceInfo.from_json(info).default_key == identity:
+                keys.append(key)
+        except (ValueError, TypeError):
+            continue  # info another version recorded in a shape this one cannot read: no identity
+    return keys
+
+
 def recorded_device(source: BestSource, device_key: str) -> DeviceInfo | None:
     """The :class:`~measure_agent.device.DeviceInfo` the source recorded for ``device_key``, or
     ``None`` when it has none (the template then assumes a generic device)."""
@@ -305,27 +339,34 @@ def _workload(workload: Workload | str) -> Workload:
 
 
 def _resolve(source: BestSource, workload: Workload | str, device_key: str, target: str, top: int,
-             catalog: TemplateCatalog | None, *, nearest: bool, family: bool) -> BestConfig:
+             catalog: TemplateCatalog | None, *, nearest: bool, family: bool,
+             device_identity: str | None = None) -> BestConfig:
     workload = _workload(workload)
     keys = source.resolve_device_keys(device_key)
+    if device_identity:
+        keys += [key for key in keys_of_device(source, device_identity) if key not in keys]
     search = _Search(source, workload, keys, target, catalog)
     matches, rejected = search.run(top, validate=True, nearest=nearest, family=family)
     if not matches:
         return BestConfig(workload, target, device_key, tuple(keys), _why_none(source, rejected), rejected=rejected)
     first = matches[0]
-    return BestConfig(workload, target, device_key, tuple(keys), _why_found(workload, device_key, first),
+    return BestConfig(workload, target, device_key, tuple(keys), _why_found(workload, device_key, first, device_identity),
                       tuple(matches), tuned_on=search.device(first.device_key), rejected=rejected)
 
 
-def _why_found(workload: Workload, device_key: str, match: BestMatch) -> str:
+def _why_found(workload: Workload, device_key: str, match: BestMatch, device_identity: str | None = None) -> str:
     where = f"the config tuned for {match.tuned_workload} on {match.device_key}"
     if match.family:
-        return (f"{workload.key} is in the tuned range {match.family}; using {where} (its nearest representative, "
-                f"log-distance {match.distance:.2f})")
-    if match.approximate:
-        return (f"no tuned config for {workload.key} on {device_key}; using {where} (nearest tuned shape, "
-                f"log-distance {match.distance:.2f})")
-    return f"tuned for {workload.key} on {match.device_key}"
+        why = (f"{workload.key} is in the tuned range {match.family}; using {where} (its nearest representative, "
+               f"log-distance {match.distance:.2f})")
+    elif match.approximate:
+        why = (f"no tuned config for {workload.key} on {device_key}; using {where} (nearest tuned shape, "
+               f"log-distance {match.distance:.2f})")
+    else:
+        why = f"tuned for {workload.key} on {match.device_key}"
+    if device_identity and match.device_key not in (device_key, device_identity):
+        why += f" (key {match.device_key} holds trials measured by a device of identity {device_identity})"
+    return why
 
 
 def _why_none(source: BestSource, rejected: RejectedConfig | None) -> str:

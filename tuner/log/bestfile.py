@@ -51,7 +51,7 @@ class BestFileError(TuningLogError):
 class BestConfigs:
     """Best configs held in memory, queried like a :class:`TuningLog`: a
     :class:`~tuner.log.best_config.BestSource` (``best``, ``tuned_workload_keys``, ``families``,
-    ``recorded_device_info``, ``resolve_device_keys``, ``name``), plus ``device_keys`` and
+    ``recorded_device_info``, ``recorded_devices``, ``resolve_device_keys``, ``name``), plus ``device_keys`` and
     ``device_info``. ``name`` is the file it was read from."""
 
     def __init__(self, records: Iterable[TrialRecord], devices: Mapping[str, Mapping[str, Any]] | None = None,
@@ -101,6 +101,9 @@ class BestConfigs:
         if is_device_pattern(key_or_pattern):
             return self.device_keys(key_or_pattern)
         return [key_or_pattern]
+
+    def recorded_devices(self) -> dict[str, dict[str, Any]]:
+        return {key: dict(self.devices.get(key, {})) for key in self.device_keys()}
 
     def families(self, op: str, dtype: str) -> list[tuple[str, list[str]]]:
         """Always ``[]``: a best-configs file records no shape-range families."""

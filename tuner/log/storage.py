@@ -520,6 +520,12 @@ class TuningLog:
             keys = sorted(conn.execute(select(schema.devices.c.key)).scalars())
         return keys if pattern is None else [k for k in keys if fnmatchcase(k, pattern)]
 
+    def recorded_devices(self) -> dict[str, dict[str, Any]]:
+        """Every device key with its recorded info (``{}`` where none was recorded), in key order."""
+        with self._read("read devices") as conn:
+            rows = conn.execute(select(schema.devices.c.key, schema.devices.c.info).order_by(schema.devices.c.key))
+            return {key: self._decode(info, f"device record ({key!r})") for key, info in rows}
+
     def resolve_device_keys(self, key_or_pattern: str) -> list[str]:
         """A device key as a user gave it: a glob pattern becomes the matching keys, a plain key
         stays itself (known to the log or not)."""
