@@ -16,6 +16,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 from sqlalchemy import (
+    BigInteger,
     CheckConstraint,
     DateTime,
     Double,
@@ -166,11 +167,30 @@ class FamilyMemberRow(Base):
     workload_id: Mapped[int] = mapped_column(ForeignKey("workloads.id"))
 
 
+class LeadershipRow(Base):
+    """Which daemon leads a tune-cluster on this database: one row (id 1), a lease in time.
+
+    ``epoch`` grows by one at every change of leader and is never reused; a leader's writes are
+    fenced by it (:mod:`tuner.log.leadership`). ``expires_at`` is in seconds of the database
+    server's clock, so the daemons' clocks never matter.
+    """
+
+    __tablename__ = "daemon_leadership"
+    __table_args__ = (CheckConstraint("id = 1", name="single_row"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    epoch: Mapped[int] = mapped_column(BigInteger)
+    holder: Mapped[str] = mapped_column(String)  # the leading daemon's id (host, pid, a random part)
+    address: Mapped[str] = mapped_column(String)  # where clients and agents reach it (HOST:PORT)
+    expires_at: Mapped[float] = mapped_column(Double)
+
+
 workloads = WorkloadRow.__table__
 families = FamilyRow.__table__
 family_members = FamilyMemberRow.__table__
 devices = DeviceRow.__table__
 jobs = JobRow.__table__
+leadership = LeadershipRow.__table__
 trials = TrialRow.__table__
 
 __all__ = [
@@ -181,6 +201,7 @@ __all__ = [
     "FINAL_JOB_STATUSES",
     "JOB_STATUSES",
     "JobRow",
+    "LeadershipRow",
     "NAMING_CONVENTION",
     "TrialRow",
     "UTCDateTime",
@@ -189,6 +210,7 @@ __all__ = [
     "families",
     "family_members",
     "jobs",
+    "leadership",
     "metadata",
     "trials",
     "workloads",

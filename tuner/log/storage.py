@@ -32,7 +32,7 @@ import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from sqlalchemy import Connection, Engine, and_, case, delete, func, or_, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -104,6 +104,7 @@ class TuningLog:
         # deleted or re-keyed, so recording a trial need not look them up again.
         self._committed_ids = _CommittedIds()
         self._insert_ignore_statements: dict[tuple[str, tuple[str, ...]], Any] = {}
+        self._write_fence: Callable[[Connection], None] | None = None
         path = sqlite_path(url) if not create else None
         if path is not None and not path.exists():  # do not leave an empty file behind
             raise TuningLogError(SchemaState(self._display_url, MISSING, None, head_revision()).refusal())
@@ -543,13 +544,26 @@ class TuningLog:
         with self._guard(action), self._engine.connect() as conn:
             yield conn
 
+    def fence_writes(self, fence: Callable[[Connection], None] | None) -> None:
+        """Run ``fence`` first in every write transaction of this log; what it raises aborts the
+        transaction, so nothing of it is written. A leading daemon fences its writes with its epoch
+        (:class:`tuner.log.leadership.LeaderLease`); ``None`` removes the fence."""
+        self._write_fence = fence
+
     @contextmanager
     def _write(self, action: str) -> Iterator[Connection]:
         self._check_open()
         with self._guard(action), self._engine.connect() as conn:
             conn.info[_IMMEDIATE] = True
             with conn.begin():
+                if self._write_fence is not None:
+                    self._write_fence(conn)
                 yield conn
+
+    @property
+    def engine(self) -> Engine:
+        """The SQLAlchemy engine (for the leadership lease, which shares the log's database)."""
+        return self._engine
 
     def _decode(self, text: Any, what: str, kind: type = dict) -> Any:
         """A JSON column, or a one-line error naming the row: a corrupt row must not surface as a
