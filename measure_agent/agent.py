@@ -27,7 +27,7 @@ from measure_agent.engine import MeasureEngine, MeasureInput, MeasureResult, Mea
 from measure_agent.engine.engine import Prepared
 from measure_agent.protocol import PROTOCOL_VERSION
 from measure_agent.protocol.convert import capabilities_to_proto, result_to_proto, timing_from_proto
-from measure_agent.protocol.connection import TlsFiles, auth_metadata, open_channel
+from measure_agent.protocol.connection import TlsFiles, Tracker, auth_metadata, leader_hint
 from measure_agent.protocol.errors import FleetError, Unauthenticated, Unavailable, VersionMismatch, from_rpc_error
 from measure_agent.protocol.v1 import fleet_pb2 as pb
 from measure_agent.protocol.v1 import fleet_pb2_grpc as pb_grpc
@@ -84,8 +84,9 @@ class Agent:
         self._agent_id: str | None = None
         self._heartbeat_interval_s = 2.0
         self._metadata = auth_metadata(token)
-        self._channel = open_channel(tracker, tls)
-        self._stub = pb_grpc.AgentServiceStub(self._channel)
+        self._tracker = Tracker(tracker, tls)
+        self._stub = pb_grpc.AgentServiceStub(self._tracker.channel)
+        self._leader_hint: str | None = None  # the leader a standby named in its last refusal
         self.measured = 0
         self.registrations = 0
         self._next: Future | None = None  # the next batch, leased (and maybe built) ahead
@@ -114,8 +115,11 @@ class Agent:
                     self._serve_one_batch()
                     backoff = 0.5
                 except Unavailable as exc:
+                    if self._tracker.alternatives:
+                        self._failover()
                     pause = jittered(backoff)
-                    logger.warning("%s; retrying in %.1f s", exc, pause)
+                    logger.warning("%s; retrying%s in %.1f s", exc,
+                                   f" at {self._tracker.address}" if self._tracker.alternatives else "", pause)
                     self._stop.wait(pause)
                     backoff = min(self.max_backoff_s, backoff * 2)
                 except FleetError as exc:
@@ -130,14 +134,24 @@ class Agent:
             self._left.set()
             self._ahead.shutdown(wait=True)
             self.engine.close()
-            self._channel.close()
+            self._tracker.close()
 
     # -- protocol ---------------------------------------------------------------------------
+    def _failover(self) -> None:
+        """Move to the leader a standby named, or to the next daemon of the tracker: the new daemon
+        does not know this agent, which registers again (leases of the old one go back to its queue)."""
+        hint, self._leader_hint = self._leader_hint, None
+        address = self._tracker.failover(hint)
+        self._stub = pb_grpc.AgentServiceStub(self._tracker.channel)
+        self._agent_id = None
+        logger.info("failing over to the daemon at %s", address)
+
     def _rpc(self, method, request, timeout_s: float):
         try:
             return method(request, timeout=timeout_s, metadata=self._metadata)
         except grpc.RpcError as exc:
             error = from_rpc_error(exc)
+            self._leader_hint = leader_hint(exc) or self._leader_hint
             if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
                 raise Unavailable(f"daemon did not answer in {timeout_s:g} s") from None
             if isinstance(error, Unauthenticated):

@@ -59,6 +59,22 @@ def host_port_type(lowest_port: int) -> Callable[[str], str]:
     return parse
 
 
+MAX_TRACKER_ADDRESSES = 16
+
+
+def tracker_type(text: str) -> str:
+    """An argparse type: the daemons of a tune-cluster, ``HOST:PORT[,HOST:PORT...]`` (a leader and
+    its standbys; a HOST may also be a DNS name of several addresses). Kept as given (see
+    :class:`measure_agent.protocol.connection.Tracker`)."""
+    parts = text.split(",")
+    if len(parts) > MAX_TRACKER_ADDRESSES:
+        raise argparse.ArgumentTypeError(f"at most {MAX_TRACKER_ADDRESSES} daemon addresses, not {len(parts)}")
+    bad = next((p for p in parts if not _is_host_port(p, 1)), None)
+    if bad is not None:
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT[,HOST:PORT...] with PORT 1-{MAX_PORT}, not {bad!r}")
+    return text
+
+
 def _is_host_port(text: str, lowest_port: int) -> bool:
     host, _, port = text.rpartition(":")
     if host.startswith("["):

@@ -17,10 +17,10 @@ from measure_agent import __version__
 from measure_agent.arguments import (
     INT32_MAX,
     device_key_type,
-    host_port_type,
     int_range,
     non_negative_float,
     positive_float,
+    tracker_type,
 )
 from measure_agent.device import detect_device
 from measure_agent.engine import MeasureEngine, MeasureInput, TimingConfig
@@ -109,7 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Join a fleet: measure-agent --tracker HOST:PORT [--key KEY] [--name NAME] [--parallel N]",
     )
     parser.add_argument("--version", action="version", version=f"measure-agent {__version__}")
-    parser.add_argument("--tracker", type=host_port_type(lowest_port=1), metavar="HOST:PORT", help="the daemon to join")
+    parser.add_argument("--tracker", type=tracker_type, metavar="HOST:PORT[,HOST:PORT...]",
+                        help="the daemon to join; several: a leader and its standbys, followed on failover")
     parser.add_argument("--key", type=device_key_type,
                         help="device key to join under, e.g. jetson-orin or rpi4 (default: this host's detected key, "
                              "as `measure-agent info` prints)")

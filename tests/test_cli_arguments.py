@@ -96,10 +96,12 @@ BAD_ADDRESSES = ["localhost:99999", "localhost", "localhost:-1", "", ":9190", ":
 
 @pytest.mark.parametrize("address", BAD_ADDRESSES + ["localhost:0"])
 def test_tracker_takes_host_and_port_1_to_65535(capsys, address):
-    message = f"argument --tracker: expected HOST:PORT with PORT 1-65535, not {address!r}"
+    message = f"argument --tracker: expected HOST:PORT[,HOST:PORT...] with PORT 1-65535, not {address!r}"
     assert rejected(tuner_main, capsys, "status", "1", "--tracker", address).endswith(message)
     assert rejected(tuner_main, capsys, "tune", "--workload", W, "--tracker", address).endswith(message)
     assert rejected(agent_main, capsys, "--tracker", address, "--key", "k").endswith(message)
+    # in a list of a leader and its standbys, the bad one is named
+    assert rejected(agent_main, capsys, "--tracker", f"a:9190,{address}", "--key", "k").endswith(message)
 
 
 @pytest.mark.parametrize("option", ["--listen", "--metrics-listen"])
@@ -115,6 +117,12 @@ def test_good_addresses_are_accepted(address):
     assert agent_parser().parse_args(["--tracker", address]).tracker == address
     daemon = tuner_parser().parse_args(["daemon", "--listen", address, "--metrics-listen", "[::]:0"])
     assert (daemon.listen, daemon.metrics_listen) == (address, "[::]:0")
+
+
+@pytest.mark.parametrize("trackers", ["a:9190,b:9190", "[::1]:9190,10.0.0.1:1"])
+def test_a_leader_and_its_standbys_are_one_tracker(trackers):
+    assert tuner_parser().parse_args(["status", "1", "--tracker", trackers]).tracker == trackers
+    assert agent_parser().parse_args(["--tracker", trackers]).tracker == trackers
 
 
 # -- 3. integers within what protobuf and SQLite hold ----------------------------------------------------------

@@ -15,6 +15,7 @@ from measure_agent.arguments import (  # noqa: F401 - the float types are for th
     int_range,
     non_negative_float,
     positive_float,
+    tracker_type,
 )
 from measure_agent.workload import Workload, WorkloadError, parse_workload
 
@@ -89,7 +90,7 @@ positive_int = int_range(1, INT64_MAX)  # ids, counts and limits (SQLite and pro
 non_negative_int = int_range(0, INT64_MAX)  # seeds, --keep-best
 positive_int32 = int_range(1, INT32_MAX)  # what a JobSpec or Timing carries as int32: trials, number, ...
 int32 = int_range(INT32_MIN, INT32_MAX)  # --priority
-tracker_address = host_port_type(lowest_port=1)
+tracker_address = tracker_type  # a daemon, or a leader and its standbys
 listen_address = host_port_type(lowest_port=0)  # port 0: any free port
 
 

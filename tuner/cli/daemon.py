@@ -1,13 +1,22 @@
-"""``tuner daemon``: run the tune-cluster daemon."""
+"""``tuner daemon``: run the tune-cluster daemon.
+
+On a PostgreSQL log several daemons may run: one leads, the others stand by and take over when it
+dies (:mod:`tuner.daemon.leadership`). A SQLite log holds one daemon; a second is refused.
+"""
 
 from __future__ import annotations
 
 import argparse
 import logging
 import signal
+import sys
 import threading
 
 from tuner.cli.common import EXIT_FAILURE, CliError, add_db_arguments, listen_address, open_log, positive_float
+
+# A leader that lost its lease to another daemon exits with this code (EX_TEMPFAIL): restarted, it
+# comes back as a standby. systemd's Restart=on-failure and Kubernetes restart it.
+EXIT_DEPOSED = 75
 
 
 def register(subparsers) -> None:
@@ -29,6 +38,12 @@ def register(subparsers) -> None:
     p.add_argument("--metrics-listen", type=listen_address, metavar="HOST:PORT",
                    help="serve Prometheus metrics at http://HOST:PORT/metrics (plain HTTP without tokens: "
                         "keep it on loopback or a private network)")
+    p.add_argument("--advertise", type=listen_address, metavar="HOST:PORT",
+                   help="where clients and agents reach this daemon when it leads, told to them by standbys "
+                        "(default: --listen, with this host's name for 0.0.0.0)")
+    p.add_argument("--lease-ttl", type=positive_float, default=5.0, metavar="S",
+                   help="PostgreSQL logs: the leader's lease lasts this long unrenewed; a standby takes over "
+                        "within it plus 1 s of a leader's death (default 5)")
     p.add_argument("--log-format", choices=("text", "json"), default="text", help="log lines as text or JSON objects")
     p.add_argument("--templates", default="default", choices=("default", "testing"), help=argparse.SUPPRESS)
     add_db_arguments(p, device=False)
@@ -81,11 +96,19 @@ def run(args: argparse.Namespace) -> int:
             db = resolve_db_url(args.db, password_file=args.db_password_file)
         except SettingsError as exc:
             raise CliError(str(exc), EXIT_FAILURE) from None
+    deposed = threading.Event()
+
+    def on_deposed() -> None:
+        deposed.set()
+        stop.set()
+
     with open_log(db) as log:
+        single = _single_daemon_lock(log)
         try:
             daemon = Daemon(log, args.listen, catalog=load_catalog(args.templates),
                             heartbeat_interval_s=args.heartbeat_interval, agent_timeout_s=args.agent_timeout,
-                            security=security)
+                            security=security, leadership=single is None, advertise=args.advertise,
+                            lease_ttl_s=args.lease_ttl, on_deposed=on_deposed)
         except (OSError, RuntimeError, ValueError) as exc:
             raise CliError(f"cannot start the daemon on {args.listen}: {exc}", EXIT_FAILURE) from None
         daemon.start()
@@ -102,7 +125,33 @@ def run(args: argparse.Namespace) -> int:
         if metrics:
             metrics.stop()
         daemon.stop()
+        if single is not None:
+            single.release()
+    if deposed.is_set():
+        print("tuner daemon: deposed: another daemon leads this tuning log now; restart to stand by",
+              file=sys.stderr)
+        return EXIT_DEPOSED
     return 0
+
+
+def _single_daemon_lock(log):
+    """A SQLite log's one-daemon lock, held (a second daemon is refused, one line); ``None`` for a
+    server log, where several daemons share leadership instead."""
+    from tuner.log import TuningLogError
+    from tuner.log.leadership import SingleDaemonLock
+    from tuner.log.migrate import sqlite_path
+
+    if log.engine.dialect.name == "postgresql":
+        return None
+    path = sqlite_path(log.url)
+    if path is None:
+        raise CliError("the daemon needs a SQLite file or a PostgreSQL server for its tuning log", EXIT_FAILURE)
+    lock = SingleDaemonLock(path.absolute())
+    try:
+        lock.acquire()
+    except TuningLogError as exc:
+        raise CliError(str(exc), EXIT_FAILURE) from None
+    return lock
 
 
 def _check_can_bind(address: str) -> None:

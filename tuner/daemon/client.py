@@ -17,7 +17,7 @@ import grpc
 
 from measure_agent.bounded_json import loads_bounded
 from measure_agent.engine import MeasureResult, TimingConfig
-from measure_agent.protocol.connection import TlsFiles, auth_metadata, open_channel
+from measure_agent.protocol.connection import TlsFiles, Tracker, auth_metadata, leader_hint
 from measure_agent.protocol.convert import (
     capabilities_from_json,
     capabilities_to_json,
@@ -44,39 +44,57 @@ class FleetClient:
         # reached is a wrong address or one that is down: that fails at once.
         self._reached = False
         self._metadata = auth_metadata(token)
-        self._channel = open_channel(address, tls)
-        self._stub = pb_grpc.ClientServiceStub(self._channel)
+        self._tracker = Tracker(address, tls)
+        self._stub = pb_grpc.ClientServiceStub(self._tracker.channel)
 
-    def _call(self, method, request, **kwargs):
-        try:
-            reply = method(request, timeout=kwargs.pop("timeout", self.timeout_s), metadata=self._metadata, **kwargs)
-        except grpc.RpcError as exc:
-            error = from_rpc_error(exc)
-            self._reached = self._reached or not isinstance(error, Unavailable)  # an error reply is an answer
-            raise error from None
-        self._reached = True
-        return reply
+    def _call(self, method_name: str, request, *, retry_on_lost: bool = True, **kwargs):
+        """One call, at the leader: a standby's refusal moves the client to the leader it names, and
+        (``retry_on_lost``) a daemon that cannot be reached to the next one of the tracker, each
+        daemon tried once. Calls that must not run twice (a submission) pass ``retry_on_lost=False``:
+        a daemon lost mid-call may have done it."""
+        timeout = kwargs.pop("timeout", self.timeout_s)
+        tries = len(self._tracker.spec.split(",")) * 2 if self._tracker.alternatives else 1
+        for attempt in range(tries):
+            try:
+                reply = getattr(self._stub, method_name)(request, timeout=timeout, metadata=self._metadata, **kwargs)
+            except grpc.RpcError as exc:
+                error = from_rpc_error(exc)
+                hint = leader_hint(exc)
+                standby = hint is not None  # a standby daemon answered (it names the leader, if any)
+                self._reached = self._reached or not isinstance(error, Unavailable) or standby
+                if attempt + 1 < tries and isinstance(error, Unavailable) and (standby or retry_on_lost):
+                    self._failover(hint or None)
+                    continue
+                raise error from None
+            self._reached = True
+            return reply
+        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+
+    def _failover(self, hint: str | None = None) -> None:
+        self._tracker.failover(hint)
+        self.address = self._tracker.address
+        self._stub = pb_grpc.ClientServiceStub(self._tracker.channel)
 
     def submit(self, spec: JobSpec) -> JobStatus:
         """Submit a job; the daemon validates it (:class:`InvalidRequest` names what is wrong)."""
         if not isinstance(spec, JobSpec):
             raise TypeError(f"submit takes a JobSpec, not {type(spec).__name__}")
-        return status_from_proto(self._call(self._stub.SubmitJob, spec_to_proto(spec)))
+        return status_from_proto(self._call("SubmitJob", spec_to_proto(spec), retry_on_lost=False))
 
     def job(self, job_id: int) -> JobStatus:
-        return status_from_proto(self._call(self._stub.GetJob, pb.JobRef(job_id=job_id)))
+        return status_from_proto(self._call("GetJob", pb.JobRef(job_id=job_id)))
 
     def jobs(self) -> list[JobStatus]:
         """Every job the daemon holds in memory, page by page."""
         found: list[JobStatus] = []
         while True:
-            page = self._call(self._stub.ListJobs, pb.ListJobsRequest(after_job_id=found[-1].job_id if found else 0))
+            page = self._call("ListJobs", pb.ListJobsRequest(after_job_id=found[-1].job_id if found else 0))
             found += [status_from_proto(s) for s in page.jobs]
             if not page.more or not page.jobs:
                 return found
 
     def cancel(self, job_id: int) -> JobStatus:
-        return status_from_proto(self._call(self._stub.CancelJob, pb.JobRef(job_id=job_id)))
+        return status_from_proto(self._call("CancelJob", pb.JobRef(job_id=job_id)))
 
     def measure(self, workload: str, device_key: str, configs_json: Sequence[str], *, target: str = "cpu",
                 timing: TimingConfig | None = None, wait_timeout_s: float = 0.0) -> list[MeasureResult]:
@@ -86,7 +104,7 @@ class FleetClient:
                                     configs_json=list(configs_json), wait_timeout_s=wait_timeout_s)
         if timing is not None:
             request.timing.CopyFrom(timing_to_proto(timing))
-        reply = self._call(self._stub.Measure, request, timeout=None)
+        reply = self._call("Measure", request, timeout=None)
         try:
             return [dataclasses.replace(result_from_proto(m), measured_by=by)
                     for m, by in zip(reply.measurements, reply.measured_by, strict=True)]
@@ -94,7 +112,7 @@ class FleetClient:
             raise InvalidRequest(f"malformed measurement from the daemon: {exc}") from None
 
     def agents(self) -> FleetView:
-        return fleet_from_proto(self._call(self._stub.ListAgents, pb.ListAgentsRequest()))
+        return fleet_from_proto(self._call("ListAgents", pb.ListAgentsRequest()))
 
     def watch(self, job_id: int, reconnect_s: float = 600.0) -> Iterator[JobStatus]:
         """Status after every change until the job ends.
@@ -114,11 +132,23 @@ class FleetClient:
                         return
                 # The stream ended without a final state: the daemon stopped; follow it again.
                 self._reached = True
+                if self._tracker.alternatives:
+                    self._failover()
             except grpc.RpcError as exc:
                 error = from_rpc_error(exc)
                 lost = isinstance(error, Unavailable) or exc.code() == grpc.StatusCode.CANCELLED
+                hint = leader_hint(exc)
+                if hint:  # a standby named the leader: go there now
+                    self._reached = True
+                    self._failover(hint)
+                    time.sleep(0.2)  # a stale hint between two standbys must not spin
+                    continue
+                if hint is not None:  # a standby while no daemon leads (a takeover in progress)
+                    self._reached = True
                 if not (lost and self._reached):
                     raise error from None
+                if self._tracker.alternatives:
+                    self._failover()
             outage.wait()
 
     def job_when_reachable(self, job_id: int, reconnect_s: float = 600.0) -> JobStatus:
@@ -134,7 +164,7 @@ class FleetClient:
                 outage.wait()
 
     def close(self) -> None:
-        self._channel.close()
+        self._tracker.close()
 
     def __enter__(self) -> "FleetClient":
         return self

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 from concurrent import futures
 from dataclasses import dataclass
+from typing import Callable
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -14,11 +16,13 @@ from measure_agent.protocol.connection import CHANNEL_OPTIONS
 from measure_agent.protocol.v1 import fleet_pb2_grpc as pb_grpc
 from measure_agent.templates import TemplateCatalog, default_catalog
 from tuner.daemon.jobs import JobManager
+from tuner.daemon.leadership import LeadershipKeeper, StandbyGate
 from tuner.daemon.limits import SERVER_THREADS, ClientCallInterceptor, ClientCallLimiter
 from tuner.daemon.scheduler import Scheduler
 from tuner.daemon.security import TokenAuthInterceptor, server_credentials
 from tuner.daemon.service import AgentService, ClientService
 from tuner.log import TuningLog
+from tuner.log.leadership import DEFAULT_TTL_S, LeaderLease
 
 logger = logging.getLogger("tunefleet.daemon")
 
@@ -39,15 +43,17 @@ class Security:
 
 def create_server(address: str, agent_service: AgentService, client_service: ClientService,
                   security: Security = Security(), max_workers: int = SERVER_THREADS,
-                  client_calls: ClientCallLimiter | None = None) -> tuple[grpc.Server, int, TokenAuthInterceptor]:
+                  client_calls: ClientCallLimiter | None = None,
+                  gate: StandbyGate | None = None) -> tuple[grpc.Server, int, TokenAuthInterceptor]:
     """A ready (not started) gRPC server bound to ``address`` (port 0 picks a free port), with the
     health service and, when configured, TLS and token checks. Client calls are held to
     ``client_calls`` (default: the limits of :mod:`tuner.daemon.limits`), so that clients never
-    take the threads agents need."""
+    take the threads agents need. ``gate`` refuses calls while the daemon is a standby."""
     interceptor = TokenAuthInterceptor(security.agent_tokens, security.client_tokens)
     limiter = ClientCallInterceptor(client_calls or ClientCallLimiter())
+    interceptors = [interceptor] + ([gate] if gate is not None else []) + [limiter]
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="tunefleet-rpc"),
-                         options=GRPC_OPTIONS, interceptors=[interceptor, limiter])
+                         options=GRPC_OPTIONS, interceptors=interceptors)
     pb_grpc.add_AgentServiceServicer_to_server(agent_service, server)
     pb_grpc.add_ClientServiceServicer_to_server(client_service, server)
     health_servicer = health.HealthServicer()
@@ -68,37 +74,86 @@ def create_server(address: str, agent_service: AgentService, client_service: Cli
 
 
 class Daemon:
-    """Everything a daemon runs; ``start()`` then ``stop()`` (also a context manager)."""
+    """Everything a daemon runs; ``start()`` then ``stop()`` (also a context manager).
+
+    With ``leadership`` (a PostgreSQL log shared by several daemons, :mod:`tuner.daemon.leadership`)
+    the daemon starts as a standby and leads once it holds the lease: only then does it resume the
+    log's running jobs and take agent and client calls. ``on_deposed`` hears when it lost the lease
+    to another daemon; its owner should stop it (``tuner daemon`` exits with
+    :data:`EXIT_DEPOSED`). ``advertise`` is the address other daemons send clients to when this one leads.
+    """
 
     def __init__(self, log: TuningLog, listen: str = "127.0.0.1:0", catalog: TemplateCatalog | None = None,
                  heartbeat_interval_s: float = 2.0, agent_timeout_s: float = 10.0,
-                 security: Security = Security()) -> None:
+                 security: Security = Security(), *, leadership: bool = False, advertise: str | None = None,
+                 lease_ttl_s: float = DEFAULT_TTL_S, on_deposed: Callable[[], None] | None = None) -> None:
         self.log = log
         self.catalog = catalog or default_catalog()
         self.scheduler = Scheduler(heartbeat_interval_s, agent_timeout_s)
         self.jobs = JobManager(self.scheduler, log, self.catalog)
+        self.gate = StandbyGate(leading=not leadership)
         self.server, self.port, self.auth = create_server(
             listen, AgentService(self.scheduler, self.catalog), ClientService(self.jobs, self.scheduler, self.catalog),
-            security,
+            security, gate=self.gate,
         )
         host = listen.rsplit(":", 1)[0] or "127.0.0.1"
         self.address = f"{host}:{self.port}"
+        self.advertise = advertise or (self.address if host not in ("0.0.0.0", "[::]") else
+                                       f"{socket.getfqdn()}:{self.port}")
+        self.keeper: LeadershipKeeper | None = None
+        if leadership:
+            lease = LeaderLease(log, self.advertise, lease_ttl_s)
+            self.keeper = LeadershipKeeper(lease, self.gate, on_promoted=self._promoted,
+                                           on_deposed=self._deposed)
+        self._on_deposed = on_deposed or (lambda: None)
         self._stop = threading.Event()
         self._reaper = threading.Thread(target=self._reap, name="tunefleet-reaper", daemon=True)
+
+    @property
+    def leading(self) -> bool:
+        return self.gate.leading
+
+    @property
+    def leader_address(self) -> str:
+        """Where the leader is: this daemon's advertised address while it leads."""
+        return self.advertise if self.gate.leading else self.gate.leader_address
 
     def start(self) -> "Daemon":
         self.server.start()
         self._reaper.start()
-        self.jobs.resume()  # jobs a stopped or killed daemon left running
-        logger.info("daemon listening on %s (templates %s)", self.address, self.catalog.version)
+        if self.keeper is None:
+            self.jobs.resume()  # jobs a stopped or killed daemon left running
+        else:
+            self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
+            self.keeper.start()  # resumes them once it leads
+        logger.info("daemon listening on %s (templates %s)%s", self.address, self.catalog.version,
+                    "" if self.keeper is None else f", advertised as {self.advertise}, standby until it leads")
         return self
 
     def stop(self, grace_s: float = 5.0) -> None:
-        """Stop taking calls, stop running jobs (their results are in the log), close."""
+        """Stop taking calls, stop running jobs (their results are in the log), close; a leader
+        then releases its lease, so a standby takes over at once."""
         self.server.health_servicer.enter_graceful_shutdown()
         self._stop.set()
+        if self.keeper is not None:
+            self.keeper.stop()
         self.jobs.shutdown()
+        if self.keeper is not None:
+            self.keeper.release()
         self.server.stop(grace_s).wait()
+
+    def _promoted(self) -> None:
+        self.log.fence_writes(self.keeper.lease.fence)
+        self.jobs.resume()
+        self._set_health(health_pb2.HealthCheckResponse.SERVING)
+
+    def _deposed(self) -> None:
+        self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
+        self._on_deposed()
+
+    def _set_health(self, status) -> None:
+        for name in ("",) + SERVICE_NAMES:
+            self.server.health_servicer.set(name, status)
 
     def wait(self) -> None:
         self.server.wait_for_termination()

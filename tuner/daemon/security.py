@@ -99,7 +99,8 @@ class TokenAuthInterceptor(grpc.ServerInterceptor):
             return continuation(handler_call_details)
         self.refused += 1
         handler = continuation(handler_call_details)
-        return _refusing(handler, f"the daemon refused the {who} token (missing or wrong)", method)
+        return refusing_handler(handler, grpc.StatusCode.UNAUTHENTICATED,
+                                f"the daemon refused the {who} token (missing or wrong)", method)
 
 
 def _presented_token_ok(metadata, tokens: tuple[str, ...]) -> bool:
@@ -111,10 +112,15 @@ def _presented_token_ok(metadata, tokens: tuple[str, ...]) -> bool:
     return any([hmac.compare_digest(candidate, token.encode()) for token in tokens])
 
 
-def _refusing(handler, message: str, method: str):
+def refusing_handler(handler, code: grpc.StatusCode, message: str, method: str, *,
+                     trailing_metadata: tuple[tuple[str, str], ...] = (), log: bool = True):
+    """A handler of ``handler``'s kind that answers every call with ``code`` and ``message``."""
     def abort(request, context):
-        logger.warning("refused %s from %s: %s", method, context.peer(), message)
-        context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+        if log:
+            logger.warning("refused %s from %s: %s", method, context.peer(), message)
+        if trailing_metadata:
+            context.set_trailing_metadata(trailing_metadata)
+        context.abort(code, message)
 
     def abort_stream(request, context):
         abort(request, context)
