@@ -109,9 +109,12 @@ def run_agents(args: argparse.Namespace) -> int:
     with fleet_client(args) as client:
         fleet = _fleet_call(client.agents)
     if args.json:
-        data = {"keys": [k.to_json() for k in fleet.keys], "agents": [a.to_json() for a in fleet.agents]}
+        data = {"keys": [k.to_json() for k in fleet.keys], "agents": [a.to_json() for a in fleet.agents],
+                "leader": fleet.leader, "leader_epoch": fleet.leader_epoch}
         print(json.dumps(data, sort_keys=True))
         return 0
+    if fleet.leader:
+        print(f"leader: {fleet.leader} (epoch {fleet.leader_epoch})")
     if not fleet.keys:
         print("no agents")
     for key in fleet.keys:

@@ -270,6 +270,7 @@ def fleet_to_proto(fleet: FleetView) -> pb.AgentList:
                              quarantined=a.quarantined)
                 for a in fleet.agents],
         keys=[pb.KeyInfo(**dataclasses.asdict(k)) for k in fleet.keys],
+        leader=fleet.leader, leader_epoch=fleet.leader_epoch,
     )
 
 

@@ -93,7 +93,7 @@ class Daemon:
         self.jobs = JobManager(self.scheduler, log, self.catalog)
         self.gate = StandbyGate(leading=not leadership)
         self.server, self.port, self.auth = create_server(
-            listen, AgentService(self.scheduler, self.catalog), ClientService(self.jobs, self.scheduler, self.catalog),
+            listen, AgentService(self.scheduler, self.catalog), ClientService(self.jobs, self.scheduler, self.catalog, self.gate),
             security, gate=self.gate,
         )
         host = listen.rsplit(":", 1)[0] or "127.0.0.1"

@@ -33,7 +33,8 @@ class StandbyGate(grpc.ServerInterceptor):
 
     def __init__(self, leading: bool = True) -> None:
         self.leading = leading
-        self.leader_address = ""  # the leader as last read from the lease ("" when unknown)
+        self.leader_address = ""  # the leader as last read from the lease ("" when unknown or single)
+        self.epoch = 0  # this daemon's lease epoch while it leads (0: a single daemon)
 
     def intercept_service(self, continuation, handler_call_details):
         method = handler_call_details.method
@@ -104,6 +105,7 @@ class LeadershipKeeper:
             if acquired and not leading:
                 logger.info("leading the tune-cluster (epoch %s)", self.lease.epoch)
                 self.gate.leader_address = self.lease.address
+                self.gate.epoch = self.lease.epoch or 0
                 self.on_promoted()
                 self.gate.leading = True
             elif leading and not acquired:

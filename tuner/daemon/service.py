@@ -36,6 +36,7 @@ from measure_agent.space import ConfigError
 from measure_agent.templates import TemplateCatalog, TemplateNotFound
 from measure_agent.workload import WorkloadError, parse_workload
 from tuner.daemon.client import fleet_to_proto, spec_from_proto, status_to_proto
+from tuner.daemon.leadership import StandbyGate
 from tuner.daemon.jobs import JobManager
 from tuner.daemon.limits import (
     MAX_AGENT_NAME_CHARS,
@@ -133,10 +134,12 @@ class AgentService(pb_grpc.AgentServiceServicer):
 
 
 class ClientService(pb_grpc.ClientServiceServicer):
-    def __init__(self, manager: JobManager, scheduler: Scheduler, catalog: TemplateCatalog) -> None:
+    def __init__(self, manager: JobManager, scheduler: Scheduler, catalog: TemplateCatalog,
+                 gate: StandbyGate | None = None) -> None:
         self.manager = manager
         self.scheduler = scheduler
         self.catalog = catalog
+        self.gate = gate or StandbyGate()  # who leads, for ListAgents
         self._adhoc_ids = itertools.count(1)
 
     def SubmitJob(self, request: pb.JobSpec, context: grpc.ServicerContext) -> pb.JobStatus:
@@ -202,6 +205,7 @@ class ClientService(pb_grpc.ClientServiceServicer):
                                    overdue_leases=a.overdue_leases, quarantined=a.quarantined)
                          for a in agents),
             keys=tuple(key_infos),
+            leader=self.gate.leader_address, leader_epoch=self.gate.epoch,
         )
         return fleet_to_proto(fleet)
 

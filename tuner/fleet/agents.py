@@ -59,6 +59,8 @@ class KeyInfo:
 class FleetView:
     agents: tuple[AgentInfo, ...] = ()
     keys: tuple[KeyInfo, ...] = ()
+    leader: str = ""  # the leading daemon's address ("" for a single daemon)
+    leader_epoch: int = 0  # its lease's epoch (0 for a single daemon)
 
     def agents_of(self, key: str) -> list[AgentInfo]:
         return [a for a in self.agents if a.key == key]

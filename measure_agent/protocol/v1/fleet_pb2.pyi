@@ -330,9 +330,13 @@ class MeasureReply(_message.Message):
     def __init__(self, measurements: _Optional[_Iterable[_Union[Measurement, _Mapping]]] = ..., measured_by: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class AgentList(_message.Message):
-    __slots__ = ("agents", "keys")
+    __slots__ = ("agents", "keys", "leader", "leader_epoch")
     AGENTS_FIELD_NUMBER: _ClassVar[int]
     KEYS_FIELD_NUMBER: _ClassVar[int]
+    LEADER_FIELD_NUMBER: _ClassVar[int]
+    LEADER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     agents: _containers.RepeatedCompositeFieldContainer[AgentInfo]
     keys: _containers.RepeatedCompositeFieldContainer[KeyInfo]
-    def __init__(self, agents: _Optional[_Iterable[_Union[AgentInfo, _Mapping]]] = ..., keys: _Optional[_Iterable[_Union[KeyInfo, _Mapping]]] = ...) -> None: ...
+    leader: str
+    leader_epoch: int
+    def __init__(self, agents: _Optional[_Iterable[_Union[AgentInfo, _Mapping]]] = ..., keys: _Optional[_Iterable[_Union[KeyInfo, _Mapping]]] = ..., leader: _Optional[str] = ..., leader_epoch: _Optional[int] = ...) -> None: ...
