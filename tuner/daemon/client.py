@@ -284,4 +284,5 @@ def fleet_from_proto(message: pb.AgentList) -> FleetView:
                                quarantined=a.quarantined)
                      for a in message.agents),
         keys=tuple(KeyInfo(**_fields_from_proto(k, KeyInfo)) for k in message.keys),
+        leader=message.leader, leader_epoch=message.leader_epoch,
     )
