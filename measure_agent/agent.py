@@ -115,13 +115,15 @@ class Agent:
                     self._serve_one_batch()
                     backoff = 0.5
                 except Unavailable as exc:
+                    # A standby answered: a leader is (or is about to be) there, so no long backoff.
+                    standby = self._leader_hint is not None
                     if self._tracker.alternatives:
                         self._failover()
-                    pause = jittered(backoff)
+                    pause = jittered(0.5 if standby else backoff)
                     logger.warning("%s; retrying%s in %.1f s", exc,
                                    f" at {self._tracker.address}" if self._tracker.alternatives else "", pause)
                     self._stop.wait(pause)
-                    backoff = min(self.max_backoff_s, backoff * 2)
+                    backoff = 0.5 if standby else min(self.max_backoff_s, backoff * 2)
                 except FleetError as exc:
                     pause = jittered(backoff)
                     logger.warning("daemon error: %s; retrying in %.1f s", exc, pause)
@@ -151,7 +153,7 @@ class Agent:
             return method(request, timeout=timeout_s, metadata=self._metadata)
         except grpc.RpcError as exc:
             error = from_rpc_error(exc)
-            self._leader_hint = leader_hint(exc) or self._leader_hint
+            self._leader_hint = leader_hint(exc)  # None unless a standby answered
             if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
                 raise Unavailable(f"daemon did not answer in {timeout_s:g} s") from None
             if isinstance(error, Unauthenticated):
