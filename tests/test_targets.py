@@ -267,3 +267,19 @@ def test_cli_submit_of_an_unservable_target_is_one_line_and_exit_2(log, cli_env)
     finally:
         pi.stop()
         daemon.stop()
+
+
+def test_the_scheduler_remembers_each_kind_of_device_per_key_within_a_bound():
+    from tuner.daemon.limits import MAX_DEVICE_KINDS_PER_KEY
+    from tuner.daemon.scheduler import Scheduler
+
+    scheduler = Scheduler(heartbeat_interval_s=1, agent_timeout_s=5)
+    pi = as_registered(RECORDED[PI4])
+    for cores in (2, 4):  # the same kind: no target names the core count
+        scheduler.register("rpi4", f"pi-{cores}", dict(pi, cores=cores))
+    assert len(scheduler.devices_seen("rpi4")) == 1 and scheduler.devices_seen("nobody") == []
+    for i in range(MAX_DEVICE_KINDS_PER_KEY + 6):  # kinds that came and went
+        gpu = scheduler.register("gpus", f"gpu-{i}", dict(pi, compute_capability=f"{i}.0"))
+        scheduler.leave(gpu.agent_id)
+    remembered = {d["compute_capability"] for d in scheduler.devices_seen("gpus")}
+    assert remembered == {f"{i}.0" for i in range(6, MAX_DEVICE_KINDS_PER_KEY + 6)}  # the most recent
