@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import json
 import logging
 import threading
 import time
@@ -26,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from measure_agent.engine import MeasureInput, MeasureResult, TimingConfig
-from tuner.daemon.limits import LEASE_GRACE_S, OVERDUE_LEASES_TO_QUARANTINE
+from tuner.daemon.limits import LEASE_GRACE_S, MAX_DEVICE_KINDS_PER_KEY, OVERDUE_LEASES_TO_QUARANTINE
 
 logger = logging.getLogger("tunefleet.daemon")
 
@@ -103,6 +104,9 @@ class Scheduler:
         self._served = itertools.count()
         self._last_served: dict[int, int] = {}
         self._key_last_seen: dict[str, float] = {}
+        # Per key, every kind of device registered under it since the daemon started (live or
+        # gone), the most recent MAX_DEVICE_KINDS_PER_KEY: what the key can ever serve.
+        self._key_devices: dict[str, dict[str, dict]] = {}
         self._started_jobs: set[int] = set()
         self._generation = 0
         self.expired_leases = 0
@@ -122,6 +126,7 @@ class Scheduler:
             )
             self._agents[agent.agent_id] = agent
             self._key_last_seen[key] = now
+            self._remember_device(key, device_info)
             self._notify()
             return agent
 
@@ -174,6 +179,17 @@ class Scheduler:
         with self._lock:
             return sum(1 for a in self._agents.values()
                        if a.key == key and (requirement is None or requirement(a.device_info)))
+
+    def devices_seen(self, key: str) -> list[dict]:
+        """The device info of each kind of agent that has registered under ``key`` since the daemon
+        started, live or gone (agents of one kind differ only in facts no target names: cores,
+        versions); empty when none has."""
+        with self._lock:
+            kinds = dict(self._key_devices.get(key, {}))
+            for agent in self._agents.values():  # also any kind pushed out of the bounded memory
+                if agent.key == key:
+                    kinds.setdefault(_device_kind(agent.device_info), agent.device_info)
+            return list(kinds.values())
 
     def seconds_without_agents(self, key: str, since: float,
                                requirement: Callable[[dict], bool] | None = None) -> float:
@@ -307,6 +323,14 @@ class Scheduler:
             return True
 
     # -- internals (lock held) --------------------------------------------------------------
+    def _remember_device(self, key: str, device_info: dict) -> None:
+        kinds = self._key_devices.setdefault(key, {})
+        kind = _device_kind(device_info)
+        kinds.pop(kind, None)  # the most recent last
+        kinds[kind] = device_info
+        while len(kinds) > MAX_DEVICE_KINDS_PER_KEY:
+            del kinds[next(iter(kinds))]
+
     def _notify(self) -> None:
         self._generation += 1
         self._lock.notify_all()
@@ -417,3 +441,11 @@ class Scheduler:
                 self._requeue(agent)
         if changed:
             self._notify()
+
+
+# What a target can ask of a device (tuner/steering.py): agents that agree on these are one kind.
+_KIND_FIELDS = ("arch", "cpu_model", "isa_features", "board", "compute_capability", "gpu_name", "extra")
+
+
+def _device_kind(device_info: dict) -> str:
+    return json.dumps([device_info.get(name) for name in _KIND_FIELDS], sort_keys=True, default=str)
