@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from measure_agent.device import detect_device
-from measure_agent.engine.build import compile_cuda_kernel, compile_kernel, load_kernel
+from measure_agent.engine.build import compile_cuda_kernel, compile_kernel, load_kernel, source_digest
 from measure_agent.engine.checking import Problem, check_output, make_problem
 from measure_agent.engine.types import MeasureStatus, TimingConfig
 from measure_agent.space import ConfigError
@@ -108,7 +108,7 @@ class Worker:
                 seconds = compile_kernel(kernel, self._call_args(workload, kernel_source, tiny))
         except Exception as exc:  # noqa: BLE001 - any compile failure belongs to the candidate
             raise CandidateError(MeasureStatus.COMPILE_ERROR, _one_line(exc)) from None
-        return {"status": MeasureStatus.OK.value, "compile_time_s": seconds}
+        return {"status": MeasureStatus.OK.value, "compile_time_s": seconds, "kernel": source_digest(kernel_source)}
 
     def _tiny_inputs(self, workload: Workload) -> tuple[np.ndarray, ...]:
         # Types are all that matter: the workload's own (shape-only) arrays, never filled.
