@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
+import measure_agent.engine.engine as engine_module
 from measure_agent.cli import main as agent_main
 from measure_agent.engine import MeasureEngine, MeasureInput, MeasureStatus, TimingConfig
 from measure_agent.engine.build import source_digest
-from measure_agent.engine.kernel_cache import cache_entries, evict_to_cap, mark_used
+from measure_agent.engine.kernel_cache import Eviction, ScanSchedule, cache_entries, evict_to_cap, mark_used
 from measure_agent.templates import testing_catalog
 from measure_agent.workload import parse_workload
 
@@ -50,30 +51,40 @@ def test_eviction_removes_least_recently_used_whole_entries_until_under_the_cap(
     files = {digest: fake_entry(tmp_path, digest, at) for digest, at in used.items()}
     stray = tmp_path / "kernels" / "tmpabc.tmp"
     stray.write_text("x")
-    evicted = evict_to_cap(tmp_path, 25 * KB)
-    assert [e.digest for e in evicted] == ["d2", "d4", "d5"]
-    assert total_bytes(tmp_path) == 20 * KB <= 25 * KB
+    eviction = evict_to_cap(tmp_path, 25 * KB)
+    assert [e.digest for e in eviction.evicted] == ["d2", "d4", "d5"]
+    assert total_bytes(tmp_path) == eviction.remaining_bytes == 20 * KB <= 25 * KB
+    assert eviction.remaining_entries == 2
     for digest in ("d2", "d4", "d5"):
         assert not any(path.exists() for path in files[digest])  # numba's files go with their source
     for digest in ("d1", "d3"):
         assert all(path.exists() for path in files[digest])
     assert stray.exists()
-    assert evict_to_cap(tmp_path, 25 * KB) == []  # under the cap: nothing more
+    assert evict_to_cap(tmp_path, 25 * KB).evicted == ()  # under the cap: nothing more
+
+
+def test_eviction_goes_down_to_the_target_once_past_the_cap(tmp_path):
+    for i in range(10):
+        fake_entry(tmp_path, f"d{i}", used_at=1000 + i)  # 100 KB
+    assert evict_to_cap(tmp_path, 100 * KB, target_bytes=50 * KB).evicted == ()  # at the cap: not past it
+    eviction = evict_to_cap(tmp_path, 95 * KB, target_bytes=60 * KB)
+    assert [e.digest for e in eviction.evicted] == ["d0", "d1", "d2", "d3"]
+    assert eviction.remaining_bytes == 60 * KB == total_bytes(tmp_path)
 
 
 def test_entries_in_use_are_never_evicted_even_when_oldest(tmp_path):
     for digest, at in {"old": 1000, "mid": 2000, "new": 3000}.items():
         fake_entry(tmp_path, digest, at)
-    evicted = evict_to_cap(tmp_path, 15 * KB, keep={"old"})
-    assert [e.digest for e in evicted] == ["mid", "new"]  # only the kept one is left
+    eviction = evict_to_cap(tmp_path, 15 * KB, keep={"old"})
+    assert [e.digest for e in eviction.evicted] == ["mid", "new"]  # only the kept one is left
     assert [e.digest for e in cache_entries(tmp_path)] == ["old"]
-    assert evict_to_cap(tmp_path, 1 * KB, keep={"old"}) == []  # over the cap, but all of it in use
+    assert evict_to_cap(tmp_path, 1 * KB, keep={"old"}).evicted == ()  # over the cap, but all of it in use
 
 
 def test_no_cap_evicts_nothing(tmp_path):
     fake_entry(tmp_path, "a", 1000, size_kb=50)
-    assert evict_to_cap(tmp_path, 0) == [] and total_bytes(tmp_path) == 50 * KB
-    assert evict_to_cap(tmp_path / "never-written", 1) == []
+    assert evict_to_cap(tmp_path, 0).evicted == () and total_bytes(tmp_path) == 50 * KB
+    assert evict_to_cap(tmp_path / "never-written", 1).evicted == ()
 
 
 def test_a_use_moves_an_entry_to_the_back_without_touching_its_mtime(tmp_path):
@@ -83,7 +94,7 @@ def test_a_use_moves_an_entry_to_the_back_without_touching_its_mtime(tmp_path):
     mark_used(source)
     assert source.stat().st_mtime_ns == mtime_ns  # numba's index checks the source's mtime
     assert [e.digest for e in cache_entries(tmp_path)] == ["second", "first"]
-    assert [e.digest for e in evict_to_cap(tmp_path, 10 * KB)] == ["second"]
+    assert [e.digest for e in evict_to_cap(tmp_path, 10 * KB).evicted] == ["second"]
 
 
 def age(cache_dir: Path, digest: str, used_at: float) -> None:
@@ -93,12 +104,31 @@ def age(cache_dir: Path, digest: str, used_at: float) -> None:
                 os.utime(path, (used_at, used_at))
 
 
-def test_engine_holds_its_cache_to_the_cap_and_never_evicts_a_batch_not_yet_run(tmp_path):
+def test_scans_wait_until_the_kernels_built_since_may_have_filled_the_cap():
+    schedule = ScanSchedule(max_bytes=1000 * KB)
+    assert schedule.built(1)  # never scanned: due
+    schedule.scanned(Eviction((), remaining_bytes=600 * KB, remaining_entries=6))  # 100 KB an entry
+    assert [schedule.built(1) for _ in range(5)] == [False, False, False, False, True]  # 700 .. 1000, 1100 KB
+    schedule.scanned(Eviction((), remaining_bytes=900 * KB, remaining_entries=9))
+    assert schedule.built(2)  # 1100 KB
+    assert not ScanSchedule(max_bytes=0).built(100)  # no cap, no scans
+
+
+def test_engine_holds_its_cache_to_the_cap_and_never_evicts_a_batch_not_yet_run(tmp_path, monkeypatch):
+    scans = []
+
+    def counted(*args, **kwargs):
+        scans.append(kwargs["target_bytes"])
+        return evict_to_cap(*args, **kwargs)
+
+    monkeypatch.setattr(engine_module, "evict_to_cap", counted)
+    monkeypatch.setattr(ScanSchedule, "built", lambda self, kernels: True)  # every build scans here
     for i in range(4):
         fake_entry(tmp_path, f"stale{i}", used_at=1000 + i, size_kb=512)  # 2 MB of old kernels
     workload = parse_workload("matmul(M=4,N=3,K=2)")
     space = testing_catalog().get("matmul", "cpu").space(workload)
-    a, b, c = (MeasureInput(workload, space.make({"behaviour": "ok", "sleep_ms": 0, "variant": v})) for v in (0, 1, 2))
+    a, b, c, d = (MeasureInput(workload, space.make({"behaviour": "ok", "sleep_ms": 0, "variant": v}))
+                  for v in (0, 1, 2, 3))
     timing = TimingConfig(number=1, repeat=1, min_repeat_ms=0, build_timeout_s=120, run_timeout_s=30)
     with MeasureEngine(timing, catalog="testing", cache_dir=tmp_path, cache_max_mb=1) as engine:
         batch_a = engine.prepare([a])
@@ -107,6 +137,7 @@ def test_engine_holds_its_cache_to_the_cap_and_never_evicts_a_batch_not_yet_run(
         [entry_a] = [e for e in cache_entries(tmp_path) if e.digest == kernel_a]
         assert {p.suffix for p in entry_a.files} == {".py", ".nbi", ".nbc"}  # numba's real layout is one entry
         age(tmp_path, kernel_a, used_at=1)  # the oldest of all now, but prepared and not yet run
+        assert scans == [int(0.9 * 1024 * KB)]  # eviction goes down to 90% of the cap
         batch_b = engine.prepare([b])
         left = {e.digest for e in cache_entries(tmp_path)}
         assert left == {kernel_a, batch_b[0].kernel, "stale3"} and total_bytes(tmp_path) <= 1024 * KB
@@ -114,10 +145,13 @@ def test_engine_holds_its_cache_to_the_cap_and_never_evicts_a_batch_not_yet_run(
         age(tmp_path, kernel_a, used_at=1)  # (running it was a use)
         for i in (4, 5):
             fake_entry(tmp_path, f"stale{i}", used_at=2000 + i, size_kb=512)
-        engine.prepare([c])
+        batch_cd = engine.prepare([c, d])
+        assert len(scans) == 3
         left = {e.digest for e in cache_entries(tmp_path)}
-        assert kernel_a not in left and "stale3" not in left and "stale4" not in left
-        assert batch_b[0].kernel in left and total_bytes(tmp_path) <= 1024 * KB
+        assert kernel_a not in left  # no longer in use, and the oldest
+        assert {batch_b[0].kernel, batch_cd[0].kernel, batch_cd[1].kernel} <= left
+        assert left & {"stale3", "stale4", "stale5"} <= {"stale5"}  # oldest first (stale5 goes too if kernels are big)
+        assert total_bytes(tmp_path) <= 0.9 * 1024 * KB
         assert [r.status for r in engine.run(batch_b)] == [MeasureStatus.OK]
 
 

@@ -8,9 +8,9 @@ Two stages, :meth:`MeasureEngine.prepare` (validate and build) and :meth:`Measur
 that an agent can build its next batch while it runs this one where that cannot disturb a timing
 (:meth:`MeasureEngine.builds_may_overlap_runs`); :meth:`MeasureEngine.measure` does both in turn.
 
-The kernel cache is held to ``cache_max_mb`` (:mod:`measure_agent.engine.kernel_cache`): after each
-build the least recently used kernels are evicted, never one that a prepared candidate not yet run
-still needs.
+The kernel cache is held to ``cache_max_mb`` (:mod:`measure_agent.engine.kernel_cache`): when the
+kernels built since the last scan may have taken it past the cap, the least recently used kernels
+are evicted (down to ``LOW_WATER`` of it), never one that a prepared candidate not yet run needs.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Sequence
 
 from measure_agent.device import detect_device
 from measure_agent.engine.build import default_kernel_cache_dir
-from measure_agent.engine.kernel_cache import DEFAULT_CACHE_MAX_MB, evict_to_cap
+from measure_agent.engine.kernel_cache import DEFAULT_CACHE_MAX_MB, LOW_WATER, ScanSchedule, evict_to_cap
 from measure_agent.engine.process import WorkerCrashed, WorkerProcess, WorkerTimedOut
 from measure_agent.engine.types import MeasureInput, MeasureResult, MeasureStatus, TimingConfig
 from measure_agent.space import ConfigError
@@ -69,6 +69,7 @@ class MeasureEngine:
         self.cache_max_bytes = cache_max_mb * 1024 * 1024
         self._kernels_in_use: Counter[str] = Counter()  # prepared, not yet run: never evicted
         self._in_use_lock = threading.Lock()
+        self._cache_scans = ScanSchedule(self.cache_max_bytes)
         self._builders: queue.Queue[WorkerProcess] = queue.Queue()
         self._all_workers = [WorkerProcess(catalog, self.cache_dir) for _ in range(build_workers)]
         for worker in self._all_workers:
@@ -115,9 +116,10 @@ class MeasureEngine:
                 prepared = [build(items[0])]
             else:
                 prepared = list(self._pool.map(build, items))
+            built = [p.kernel for p in prepared if p.kernel]
             with self._in_use_lock:
-                self._kernels_in_use.update(p.kernel for p in prepared if p.kernel)
-            self._evict()
+                self._kernels_in_use.update(built)
+            self._evict(len(built))
             return prepared
 
     def run(self, prepared: Sequence[Prepared], timing: TimingConfig | None = None) -> list[MeasureResult]:
@@ -177,19 +179,22 @@ class MeasureEngine:
             self._builders.put(worker)
         return _result_from_reply(reply), str(reply.get("kernel", ""))
 
-    def _evict(self) -> None:
+    def _evict(self, kernels_built: int) -> None:
         """Hold the kernel cache to its cap, keeping every kernel a prepared candidate needs."""
-        if self.cache_max_bytes <= 0:
+        if not self._cache_scans.built(kernels_built):
             return
         with self._in_use_lock:
             keep = set(self._kernels_in_use)
         try:
-            evicted = evict_to_cap(self.cache_dir, self.cache_max_bytes, keep)
+            eviction = evict_to_cap(self.cache_dir, self.cache_max_bytes, keep,
+                                    target_bytes=int(LOW_WATER * self.cache_max_bytes))
         except OSError as exc:  # a cache we cannot clean is no reason to stop measuring
             logger.warning("kernel cache %s: eviction failed: %s", self.cache_dir, exc)
             return
-        if evicted:
-            logger.debug("kernel cache: evicted %d kernels (%d bytes)", len(evicted), sum(e.size_bytes for e in evicted))
+        self._cache_scans.scanned(eviction)
+        if eviction.evicted:
+            logger.debug("kernel cache: evicted %d kernels (%d bytes)", len(eviction.evicted),
+                         sum(e.size_bytes for e in eviction.evicted))
 
     def _run(self, item: MeasureInput, compile_time_s: float, timing: TimingConfig) -> MeasureResult:
         try:
