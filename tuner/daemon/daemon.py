@@ -15,6 +15,7 @@ from measure_agent.protocol.v1 import fleet_pb2_grpc as pb_grpc
 from measure_agent.templates import TemplateCatalog, default_catalog
 from tuner.daemon.jobs import JobManager
 from tuner.daemon.limits import SERVER_THREADS, ClientCallInterceptor, ClientCallLimiter
+from tuner.daemon.observability import DaemonMetrics
 from tuner.daemon.scheduler import Scheduler
 from tuner.daemon.security import TokenAuthInterceptor, server_credentials
 from tuner.daemon.service import AgentService, ClientService
@@ -75,7 +76,8 @@ class Daemon:
                  security: Security = Security()) -> None:
         self.log = log
         self.catalog = catalog or default_catalog()
-        self.scheduler = Scheduler(heartbeat_interval_s, agent_timeout_s)
+        self.metrics = DaemonMetrics()  # this daemon's own registry; served by MetricsServer
+        self.scheduler = Scheduler(heartbeat_interval_s, agent_timeout_s, on_result=self.metrics.observe_result)
         self.jobs = JobManager(self.scheduler, log, self.catalog)
         self.server, self.port, self.auth = create_server(
             listen, AgentService(self.scheduler, self.catalog), ClientService(self.jobs, self.scheduler, self.catalog),
@@ -83,6 +85,7 @@ class Daemon:
         )
         host = listen.rsplit(":", 1)[0] or "127.0.0.1"
         self.address = f"{host}:{self.port}"
+        self.metrics.watch(self)
         self._stop = threading.Event()
         self._reaper = threading.Thread(target=self._reap, name="tunefleet-reaper", daemon=True)
 

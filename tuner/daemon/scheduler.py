@@ -70,6 +70,7 @@ class Candidate:
     lease_id: str | None = None
     agent_id: str | None = None
     deadline: float | None = None  # when the lease is taken back
+    leased_at: float | None = None  # when the agent took it (lease-to-result latency)
 
     @property
     def worst_case_s(self) -> float:
@@ -82,16 +83,22 @@ class Candidate:
         return self.batch.items[self.index]
 
 
+# Told of every accepted result: (device key, result, seconds from its lease to its arrival).
+ResultObserver = Callable[[str, MeasureResult, float], None]
+
+
 class Scheduler:
-    """Thread-safe; every public method takes the one lock. ``clock`` is injectable for tests."""
+    """Thread-safe; every public method takes the one lock. ``clock`` is injectable for tests.
+    ``on_result`` (the daemon's metrics) is called for each accepted result, outside the lock."""
 
     def __init__(self, heartbeat_interval_s: float = 2.0, agent_timeout_s: float = 10.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, on_result: ResultObserver | None = None) -> None:
         if agent_timeout_s <= heartbeat_interval_s:
             raise ValueError("agent timeout must exceed the heartbeat interval")
         self.heartbeat_interval_s = heartbeat_interval_s
         self.agent_timeout_s = agent_timeout_s
         self._clock = clock
+        self._on_result = on_result
         # One mutex, two kinds of waiters: job threads and watchers wait on ``_lock`` for any
         # change; agents' lease calls wait on their key's ``_work`` condition, woken only when
         # candidates of that key are queued (not by each of hundreds of results a second).
@@ -314,13 +321,17 @@ class Scheduler:
             agent.leases.discard(lease_id)
             agent.last_heartbeat = self._clock()
             batch = candidate.batch
-            if batch.results[candidate.index] is None:
+            accepted = batch.results[candidate.index] is None
+            if accepted:
                 batch.results[candidate.index] = result
                 batch.remaining -= 1
                 self.results_by_status[result.status.value] += 1
                 self._recent_results.append(self._clock())
+                lease_to_result_s = self._clock() - (candidate.leased_at or self._clock())
             self._notify()
-            return True
+        if accepted and self._on_result is not None:
+            self._on_result(batch.key, result, lease_to_result_s)
+        return True
 
     # -- internals (lock held) --------------------------------------------------------------
     def _remember_device(self, key: str, device_info: dict) -> None:
@@ -368,6 +379,7 @@ class Scheduler:
             self._started_jobs.add(job_id)
             candidate.lease_id = uuid.uuid4().hex
             candidate.agent_id = agent.agent_id
+            candidate.leased_at = self._clock()
             self._leases[candidate.lease_id] = candidate
             agent.leases.add(candidate.lease_id)
             taken.append(candidate)
@@ -403,7 +415,7 @@ class Scheduler:
         candidate = self._leases.pop(lease_id, None)
         if candidate is None or candidate.batch.cancelled:
             return
-        candidate.lease_id = candidate.agent_id = candidate.deadline = None
+        candidate.lease_id = candidate.agent_id = candidate.deadline = candidate.leased_at = None
         queue = self._queues.setdefault(candidate.batch.key, {}).setdefault(candidate.batch.job_id, deque())
         queue.appendleft(candidate)
         self._work_queued(candidate.batch.key)
