@@ -5,7 +5,9 @@ measures the template's default config, then ``--random`` random valid configs a
 ``--neighbours`` one-step neighbours of the best so far; every candidate's output is checked
 against the numpy reference on the way. The reference is torch (cuBLAS / cuDNN) when it is
 installed with CUDA, else CuPy (GEMMs only), else numpy on the host. All GPU times are per call,
-launch plus ``synchronize`` (the engine's method), best of the repeats.
+measured on the GPU between two CUDA events around back-to-back launches (the engine's method,
+``measure_agent.engine.worker.time_launches_with_events``; torch's and CuPy's own events for the
+reference), best of the repeats; only the numpy reference is timed by the host clock.
 
     python bench/ops_cuda.py                       # the layers below, about 5-8 minutes on an H100/H200
     python bench/ops_cuda.py --layers matmul conv2d_nchw --random 8
@@ -200,7 +202,7 @@ def reference_name() -> str:
 
 
 def reference_time(workload, repeat: int = 5) -> float | None:
-    """Best-of-repeats seconds per call of the reference, launch plus synchronise."""
+    """Best-of-repeats seconds per call of the reference (CUDA events on a GPU, else the host clock)."""
     from measure_agent.engine.checking import make_problem
 
     inputs = make_problem(workload).inputs
@@ -236,28 +238,49 @@ def reference_time(workload, repeat: int = 5) -> float | None:
                 wc = w.permute(2, 3, 0, 1).reshape(c * m, 1, p["R"], p["S"]).contiguous(
                     memory_format=torch.channels_last)
             call = lambda: F.conv2d(xc, wc, stride=stride, padding=pad, dilation=dil, groups=c)  # noqa: E731
-        return _time(call, torch.cuda.synchronize, repeat)
+        return _time_with_events(call, lambda: torch.cuda.Event(enable_timing=True),
+                                 lambda start, end: start.elapsed_time(end), repeat)
     cupy = _cupy()
     if cupy is not None:
         if workload.op not in ("matmul", "dense", "batch_matmul"):
             return None
         x, w = (cupy.asarray(a) for a in inputs)
         call = (lambda: x @ w.T) if workload.op == "dense" else (lambda: cupy.matmul(x, w))
-        return _time(call, cupy.cuda.Device().synchronize, repeat)
-    return _time(lambda: workload.spec.reference(p, *inputs), lambda: None, repeat)
+        return _time_with_events(call, cupy.cuda.Event, cupy.cuda.get_elapsed_time, repeat)
+    return _time_on_host(lambda: workload.spec.reference(p, *inputs), repeat)
 
 
-def _time(call, synchronize, repeat: int) -> float:
+MIN_REPEAT_S = 0.02  # each repeat runs at least this long
+
+
+def _time_with_events(call, new_event, elapsed_ms, repeat: int) -> float:
+    """Best-of-repeats seconds per call, on the GPU: back-to-back calls between two events, their
+    number doubled until a repeat lasts ``MIN_REPEAT_S``."""
+    def timed(number: int) -> float:
+        start, end = new_event(), new_event()
+        start.record()
+        for _ in range(number):
+            call()
+        end.record()
+        end.synchronize()
+        return elapsed_ms(start, end) / 1000.0
+
+    timed(3)  # warm-up
+    number = 1
+    while timed(number) < MIN_REPEAT_S and number < 1 << 20:
+        number *= 2
+    return min(timed(number) / number for _ in range(repeat))
+
+
+def _time_on_host(call, repeat: int) -> float:
     for _ in range(3):
         call()
-    synchronize()
     costs = []
     for _ in range(repeat):
         number, elapsed = 0, 0.0
         start = time.perf_counter()
-        while elapsed < 0.02 or number < 1:
+        while elapsed < MIN_REPEAT_S or number < 1:
             call()
-            synchronize()
             number += 1
             elapsed = time.perf_counter() - start
         costs.append(elapsed / number)

@@ -25,6 +25,7 @@ from measure_agent import __version__
 from measure_agent.device import DeviceInfo, detect_device
 from measure_agent.engine import MeasureEngine, MeasureInput, MeasureResult, MeasureStatus, TimingConfig
 from measure_agent.engine.engine import Prepared
+from measure_agent.engine.kernel_cache import DEFAULT_CACHE_MAX_MB
 from measure_agent.protocol import PROTOCOL_VERSION
 from measure_agent.protocol.convert import capabilities_to_proto, result_to_proto, timing_from_proto
 from measure_agent.protocol.connection import TlsFiles, Tracker, auth_metadata, leader_hint
@@ -70,7 +71,7 @@ class Agent:
     def __init__(self, tracker: str, key: str, name: str | None = None, parallel: int = 1,
                  catalog: str = "default", cache_dir: Path | None = None, lease_wait_s: float = 2.0,
                  max_backoff_s: float = 30.0, device: DeviceInfo | None = None, token: str | None = None,
-                 tls: TlsFiles | None = None) -> None:
+                 tls: TlsFiles | None = None, cache_max_mb: int = DEFAULT_CACHE_MAX_MB) -> None:
         self.tracker = tracker
         self.key = key
         self.name = name or f"{socket.gethostname()}"
@@ -78,7 +79,8 @@ class Agent:
         self.lease_wait_s = lease_wait_s
         self.max_backoff_s = max_backoff_s
         self.device = device or detect_device()
-        self.engine = MeasureEngine(TimingConfig(), build_workers=parallel, catalog=catalog, cache_dir=cache_dir)
+        self.engine = MeasureEngine(TimingConfig(), build_workers=parallel, catalog=catalog, cache_dir=cache_dir,
+                                    cache_max_mb=cache_max_mb)
         self._stop = threading.Event()
         self._left = threading.Event()  # heartbeats go on while a stopping agent finishes its batch
         self._agent_id: str | None = None

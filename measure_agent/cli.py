@@ -24,12 +24,14 @@ from measure_agent.arguments import (
 )
 from measure_agent.device import detect_device
 from measure_agent.engine import MeasureEngine, MeasureInput, TimingConfig
+from measure_agent.engine.kernel_cache import DEFAULT_CACHE_MAX_MB
 from measure_agent.space import ConfigError
 from measure_agent.templates import TemplateNotFound, default_catalog
 from measure_agent.workload import WorkloadError, parse_workload
 
 
 positive_int32 = int_range(1, INT32_MAX)  # the protocol carries these counts as int32
+cache_megabytes = int_range(0, 2**40)  # 0: no cap
 
 
 def cmd_info(args: argparse.Namespace) -> int:
@@ -89,7 +91,7 @@ def run_agent(args: argparse.Namespace) -> int:
         token = read_tokens(args.token_file)[0] if args.token_file else None
         tls = TlsFiles(args.tls_ca, args.tls_cert, args.tls_key)
         agent = Agent(args.tracker, args.key, name=args.name, parallel=args.parallel, catalog=args.templates,
-                      token=token, tls=tls)
+                      token=token, tls=tls, cache_max_mb=args.cache_max_mb)
     except CredentialsError as exc:
         print(f"measure-agent: error: {exc}", file=sys.stderr)
         return 2
@@ -116,6 +118,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "as `measure-agent info` prints)")
     parser.add_argument("--name", help="this agent's name (default: the host name)")
     parser.add_argument("--parallel", type=positive_int32, default=1, help="candidates built at once (default 1)")
+    parser.add_argument("--cache-max-mb", type=cache_megabytes, default=DEFAULT_CACHE_MAX_MB, metavar="MB",
+                        help="cap of the kernel cache: least recently used kernels are evicted beyond it "
+                             f"(default {DEFAULT_CACHE_MAX_MB}; 0: no cap)")
     parser.add_argument("--token-file", metavar="FILE", help="agent token, when the daemon requires one")
     parser.add_argument("--tls-ca", metavar="PEM", help="CA certificate to trust the daemon's TLS certificate")
     parser.add_argument("--tls-cert", metavar="PEM", help="this agent's client certificate, when required")

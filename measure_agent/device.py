@@ -101,8 +101,9 @@ class DeviceInfo:
         return key
 
 
-# ISA features worth recording: they decide vector width and so the best register tiles.
-_INTERESTING_FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "neon", "asimd", "sve",
+# ISA features worth recording: they decide vector width and so the best register tiles. A target's
+# -mattr can require only these (tuner/steering.py).
+RECORDED_ISA_FEATURES = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "neon", "asimd", "sve",
                       "asimdhp", "asimddp", "sve2")
 
 # (implementer, part) from /proc/cpuinfo on ARM -> core name: aarch64 kernels print no model name
@@ -158,7 +159,7 @@ def parse_cpuinfo(text: str) -> tuple[str, tuple[str, ...]]:
                 cores.append(name)
     if cores and _GENERIC_MODEL.match(model):
         model = f"{_ARM_IMPLEMENTERS.get(implementer or 0, 'ARM')} {' + '.join(cores)}"
-    return model, tuple(f for f in _INTERESTING_FLAGS if f in flags)
+    return model, tuple(f for f in RECORDED_ISA_FEATURES if f in flags)
 
 
 def _hex(text: str) -> int | None:

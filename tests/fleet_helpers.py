@@ -83,10 +83,14 @@ class FakeAgent:
     """An agent over the raw protocol (no engine): it reports ``cost_of(candidate_number)`` seconds,
     or a malformed measurement where that returns a Measurement message."""
 
-    def __init__(self, address: str, key: str = "fake", name: str = "fake-1", cost_of=lambda n: 1e-3) -> None:
+    def __init__(self, address: str, key: str = "fake", name: str = "fake-1", cost_of=lambda n: 1e-3,
+                 device=None, template_version: str | None = None) -> None:
+        """``device``: the DeviceInfo it says it is (default: this host); ``template_version``:
+        that of the daemon's catalog (default: the testing catalog's)."""
         self.channel = grpc.insecure_channel(address)
         self.stub = pb_grpc.AgentServiceStub(self.channel)
-        caps = capabilities_to_proto(detect_device(), "test", testing_catalog().version, [])
+        caps = capabilities_to_proto(device or detect_device(), "test",
+                                     template_version or testing_catalog().version, [])
         self.agent_id = self.stub.Register(pb.RegisterRequest(key=key, name=name, capabilities=caps,
                                                                protocol_version=PROTOCOL_VERSION,
                                                                parallel=1)).agent_id
@@ -117,7 +121,10 @@ class FakeAgent:
                     return
                 time.sleep(0.1)
 
-    def stop(self) -> None:
+    def stop(self, leave: bool = False) -> None:
+        """Stop serving; with ``leave``, say so to the daemon first (as a stopping agent does)."""
         self._stop.set()
         self.thread.join(timeout=10)
+        if leave:
+            self.stub.Leave(pb.LeaveRequest(agent_id=self.agent_id), timeout=5)
         self.channel.close()

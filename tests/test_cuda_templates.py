@@ -347,6 +347,97 @@ def test_cuda_worker_reports_wrong_answers_and_exits_after_a_failed_launch():
                                                     "RuntimeError: CUDA_ERROR_ILLEGAL_ADDRESS (injected)")
 
 
+class _FakeEvent:
+    """Records what is done to it in a shared log; its clock reads the log's length in milliseconds."""
+
+    def __init__(self, name: str, log: list) -> None:
+        self.name, self.log, self.at = name, log, None
+
+    def record(self, stream=0):
+        self.log.append(f"{self.name}.record")
+        self.at = len(self.log)
+
+    def synchronize(self):
+        self.log.append(f"{self.name}.synchronize")
+
+    def elapsed_time(self, end):
+        assert self.log[-1] == f"{end.name}.synchronize", "read before the end event completed"
+        return float(end.at - self.at)
+
+
+def test_cuda_launches_are_timed_between_two_events():
+    from measure_agent.engine.worker import time_launches_with_events
+
+    log: list[str] = []
+    names = iter(("start", "end"))
+    fake_cuda = type("FakeCuda", (), {"event": staticmethod(lambda: _FakeEvent(next(names), log))})
+    seconds = time_launches_with_events(lambda: log.append("launch"), 3, fake_cuda)
+    # launches queue between the two records, with no synchronisation until the end event
+    assert log == ["start.record", "launch", "launch", "launch", "end.record", "end.synchronize"]
+    assert seconds == pytest.approx(4 / 1000.0)  # 4 log steps apart, in milliseconds
+
+
+EVENT_TIMING = textwrap.dedent(
+    """
+    import json, tempfile, warnings
+    from pathlib import Path
+    from numba import cuda
+    import measure_agent.engine.worker as worker_module
+    from measure_agent.engine.types import TimingConfig
+    from measure_agent.engine.worker import Worker, time_launches_with_events
+    from measure_agent.templates import KernelSource, load_catalog
+    from measure_agent.workload import parse_workload
+
+    @cuda.jit
+    def add_one(x):
+        i = cuda.grid(1)
+        if i < x.shape[0]:
+            x[i] += 1.0
+
+    x = cuda.to_device([0.0] * 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "Simulator timings are bogus": its events time nothing
+        seconds = time_launches_with_events(lambda: add_one[1, 4](x), 3, cuda)
+    print(json.dumps({"seconds": seconds, "launched": x.copy_to_host().tolist()}))
+
+    @cuda.jit
+    def matmul(a, b, out):
+        i, j = cuda.grid(2)
+        if i < out.shape[0] and j < out.shape[1]:
+            acc = 0.0
+            for k in range(a.shape[1]):
+                acc += a[i, k] * b[k, j]
+            out[i, j] = acc
+
+    worker = Worker(load_catalog("default"), Path(tempfile.mkdtemp()))
+    workload = parse_workload("matmul(M=3,N=4,K=2)")
+    source = KernelSource(text="", entry="run", launch="cuda")
+    timing = TimingConfig(number=1, repeat=2, min_repeat_ms=0)
+    launch = lambda a, b, out: matmul[(1, 1), (4, 4)](a, b, out)
+    simulated = worker._run_cuda(workload, launch, source, timing)
+    worker_module.cuda_simulated = lambda: False  # as on a GPU: the worker times with events
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        on_gpu = worker._run_cuda(workload, launch, source, timing)
+    print(json.dumps({"simulated": simulated, "events": on_gpu}))
+    """
+)
+
+
+def test_cuda_worker_times_with_events_and_the_simulator_with_the_host_clock():
+    """Under the simulator, events exist but time nothing (elapsed 0.0): the worker's event path
+    runs there (costs of exactly 0), while its simulated path times on the host (costs above 0)."""
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
+    proc = subprocess.run([sys.executable, "-c", EVENT_TIMING], capture_output=True, text=True, env=env, timeout=300,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    direct, runs = (json.loads(line) for line in proc.stdout.splitlines()[-2:])
+    assert direct == {"seconds": 0.0, "launched": [3.0] * 4}  # three launches between the events
+    assert runs["simulated"]["status"] == runs["events"]["status"] == "ok"
+    assert len(runs["simulated"]["costs"]) == 2 and all(c > 0 for c in runs["simulated"]["costs"])
+    assert runs["events"]["costs"] == [0.0, 0.0]
+
+
 def test_cuda_candidates_fail_cleanly_without_a_gpu(tmp_path):
     """No GPU and no simulator: a compile error naming the problem, and the engine carries on."""
     workload = parse_workload("matmul(M=4,N=4,K=4)")

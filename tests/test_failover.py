@@ -45,12 +45,23 @@ def pg_url(pg_admin):
             conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-def start_daemon(db_url: str, port: int) -> subprocess.Popen:
+def start_daemon(db_url: str, port: int, metrics_port: int | None = None) -> subprocess.Popen:
+    metrics = ["--metrics-listen", f"127.0.0.1:{metrics_port}"] if metrics_port else []
     return subprocess.Popen(
         [sys.executable, "-m", "tuner", "daemon", "--listen", f"127.0.0.1:{port}", "--db", db_url,
          "--templates", "testing", "--heartbeat-interval", "0.3", "--agent-timeout", "2",
-         "--lease-ttl", str(LEASE_TTL_S)],
+         "--lease-ttl", str(LEASE_TTL_S), *metrics],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def leader_metric(metrics_port: int) -> float | None:
+    import urllib.request
+
+    try:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=2).read().decode()
+    except OSError:
+        return None
+    return next((float(line.split()[1]) for line in text.splitlines() if line.startswith("tunefleet_leader ")), None)
 
 
 def health(address: str) -> int:
@@ -73,14 +84,16 @@ def recorded(db_url: str, workload: str, key: str) -> tuple[int, int]:
 
 
 def test_a_standby_answers_not_serving_names_the_leader_and_clients_follow(pg_url, cli_env):
-    a, b = free_port(), free_port()
-    first = start_daemon(pg_url, a)
+    a, b, metrics_a, metrics_b = free_port(), free_port(), free_port(), free_port()
+    first = start_daemon(pg_url, a, metrics_a)
     try:
         wait_for(lambda: leading(f"127.0.0.1:{a}"), what="the first daemon leading")
-        second = start_daemon(pg_url, b)
+        second = start_daemon(pg_url, b, metrics_b)
         try:
             wait_for(lambda: health(f"127.0.0.1:{b}") == health_pb2.HealthCheckResponse.NOT_SERVING,
                      what="the standby answering health")
+            assert wait_for(lambda: leader_metric(metrics_b) is not None, what="standby metrics") == 0.0
+            assert leader_metric(metrics_a) == 1.0
             direct = subprocess.run([sys.executable, "-m", "tuner", "agents", "--tracker", f"127.0.0.1:{b}"],
                                     capture_output=True, text=True, env=cli_env, timeout=60)
             assert direct.returncode == 1

@@ -6,13 +6,16 @@ split knob's name stands for its tile size, the product of its inner factors. Bo
 against the template's space, and a combination that leaves no valid config is refused, as is one
 that takes longer than :data:`CONSTRAINT_CHECK_BUDGET_S` to check.
 
-Target strings follow TVM: ``cpu``, ``cuda``, ``"cuda -arch=sm_72"``, ``"llvm -mcpu=cortex-a72"``,
-``"llvm -mattr=+avx2,+fma"``. The family (cpu or cuda) picks the templates; the options say which
-agents of a fleet may measure the job.
+Target strings follow TVM: ``cpu``, ``cuda``, ``"cuda -arch=sm_72"``,
+``"llvm -device=arm_cpu -mtriple=aarch64-linux-gnu -mcpu=cortex-a72 -mattr=+neon"``,
+``"llvm -mattr=+avx2,+fma"``, and TVM's tags (``nvidia/jetson-orin-nano``,
+``raspberry-pi/4b-aarch64``; :mod:`tuner.target_tags`). The family (cpu or cuda) picks the
+templates; the options say which agents of a fleet may measure the job.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 import re
@@ -171,41 +174,148 @@ def steer_space(space: ConfigSpace, pins: Sequence[tuple[str, str]] = (),
 # -- target strings ------------------------------------------------------------------------------
 _FAMILIES = {"cpu": "cpu", "llvm": "cpu", "c": "cpu", "cuda": "cuda", "nvptx": "cuda", "sleep": "sleep"}
 
+# TVM options that do not constrain which device measures (code generation, libraries, limits the
+# templates take from the agent's own device); the ones marked True may stand without a value.
+_IGNORED_OPTIONS = {
+    "keys": False, "libs": False, "model": False, "num-cores": False, "mabi": False, "mfloat-abi": False,
+    "opt-level": False, "max_num_threads": False, "thread_warp_size": False, "max_threads_per_block": False,
+    "max_shared_memory_per_block": False, "registers_per_block": False, "l2_cache_size_bytes": False,
+    "max_function_args": False, "system-lib": True, "link-params": True, "fast-math": True,
+    "fast-math-nnan": True, "fast-math-ninf": True, "fast-math-nsz": True, "fast-math-arcp": True,
+    "fast-math-contract": True, "fast-math-reassoc": True,
+}
+
+# x86 -mcpu names (LLVM's) -> the recorded ISA features code for that CPU needs: any device with
+# them can serve it (an Ice Lake server runs what was built for skylake-avx512).
+_SSE42 = ("sse4_2",)
+_AVX = ("sse4_2", "avx")
+_AVX2 = ("sse4_2", "avx", "avx2", "fma")
+_AVX512 = _AVX2 + ("avx512f", "avx512bw", "avx512vl")
+_X86_CPUS: dict[str, tuple[str, ...]] = {
+    "x86-64": (), "x86-64-v2": _SSE42, "nehalem": _SSE42, "westmere": _SSE42,
+    "sandybridge": _AVX, "ivybridge": _AVX,
+    **dict.fromkeys(("x86-64-v3", "haswell", "broadwell", "skylake", "alderlake", "raptorlake", "znver1", "znver2",
+                     "znver3"), _AVX2),
+    **dict.fromkeys(("x86-64-v4", "skylake-avx512", "cascadelake", "cooperlake", "cannonlake", "icelake-client",
+                     "icelake-server", "tigerlake", "sapphirerapids", "emeraldrapids", "graniterapids", "znver4",
+                     "znver5"), _AVX512),
+}
+_ANY_CPU = ("native", "generic")  # -mcpu values that ask for no particular core
+
+# LLVM's -mattr names -> the name /proc/cpuinfo (and so DeviceInfo.isa_features) uses. 32-bit ARM
+# kernels report "neon", aarch64 ones "asimd": either satisfies +neon or +asimd.
+_FEATURE_ALIASES = {"neon": "asimd", "sse4.2": "sse4_2", "dotprod": "asimddp", "fullfp16": "asimdhp"}
+_SAME_FEATURE = {"asimd": ("asimd", "neon")}
+
+
+def _recorded_features() -> frozenset[str]:
+    from measure_agent.device import RECORDED_ISA_FEATURES
+
+    return frozenset(RECORDED_ISA_FEATURES) | {"neon"}
+
+
+def arch_family(name: str) -> str:
+    """A CPU architecture as a triple or ``platform.machine()`` spells it, in one spelling:
+    ``aarch64`` (arm64), ``x86_64`` (amd64), ``arm`` (any 32-bit ARM: armv7l, armv7a, armhf),
+    ``x86`` (i686); others lower-cased as given (riscv64)."""
+    lowered = name.strip().lower()
+    if lowered in ("aarch64", "arm64", "arm64e", "aarch64_be"):
+        return "aarch64"
+    if lowered in ("x86_64", "amd64", "x86-64", "x64"):
+        return "x86_64"
+    if re.fullmatch(r"i[3-6]86|x86", lowered):
+        return "x86"
+    if lowered.startswith(("arm", "thumb")):
+        return "arm"
+    return lowered
+
 
 @dataclass(frozen=True)
 class TargetSpec:
-    """A parsed target: the template family and what a measuring device must have."""
+    """A parsed target: the template family and what a measuring device must have.
+
+    ``matches`` takes a device's info as recorded: the log's and the scheduler's flat form
+    (``compute_capability`` at the top) or ``DeviceInfo.to_json()`` (GPU facts under ``extra``).
+    """
 
     text: str
     family: str
-    arch: str | None = None  # cuda: sm_XY
-    mcpu: str | None = None
-    mattr: tuple[str, ...] = ()  # "+avx2", "-avx512f"
+    arch: str | None = None  # cuda: sm_XY (sm_90a: compute capability 9.0)
+    mcpu: str | None = None  # an x86 name of _X86_CPUS needs its features; another, that core name
+    mattr: tuple[str, ...] = ()  # "+avx2", "-avx512f", in the names devices record ("+asimd" for +neon)
+    cpu_archs: tuple[str, ...] = ()  # the device's arch_family must be one of these (-mtriple, arm_cpu, a board)
+    unchecked: tuple[str, ...] = ()  # -mattr features devices do not record: they constrain nothing
+    tag: str = ""  # the TVM tag the target was written as
 
     @property
     def has_requirements(self) -> bool:
-        return bool(self.arch or self.mcpu or self.mattr)
+        return bool(self.arch or self.mcpu or self.mattr or self.cpu_archs)
 
     def matches(self, device: Mapping[str, Any]) -> bool:
-        """Whether a device (its info as recorded: isa_features, cpu_model, compute_capability...) fits."""
-        if self.arch:
-            wanted = self.arch.removeprefix("sm_")
-            capability = str(device.get("compute_capability", "")).replace(".", "")
-            if capability != wanted:
-                return False
-        if self.mcpu:
-            names = " ".join(str(device.get(k, "")) for k in ("cpu_model", "board", "llvm_cpu"))
-            if _alnum(self.mcpu) not in _alnum(names):
-                return False
-        features = {f.lower() for f in device.get("isa_features", ())}
-        for attr in self.mattr:
-            present = attr[1:].lower() in features
-            if present != attr.startswith("+"):
-                return False
-        return True
+        """Whether a device (its recorded info) can measure jobs of this target."""
+        facts = _device_facts(device)
+        if self.arch and facts["sm"] != _compute_capability_of(self.arch):
+            return False
+        if self.cpu_archs and facts["arch"] not in self.cpu_archs:
+            return False
+        if self.mcpu and not _has_cpu(facts, self.mcpu):
+            return False
+        return all(_has_feature(facts["features"], attr[1:]) == attr.startswith("+") for attr in self.mattr)
+
+    def offered(self, devices: Sequence[Mapping[str, Any]], most: int = 5) -> str:
+        """What ``devices`` have, in the terms of this target's requirements, each kind once
+        (``"sm_87"``, ``"aarch64 ARM Cortex-A72 asimd"``): said when no device matches."""
+        kinds: list[str] = []
+        x86_cpu = self.mcpu in _X86_CPUS
+        for device in devices:
+            facts = _device_facts(device)
+            parts = []
+            if self.arch:
+                parts.append(f"sm_{facts['sm']}" if facts["sm"] else "no CUDA GPU")
+            if self.cpu_archs or x86_cpu:
+                parts.append(facts["arch"] or "an unknown arch")
+            if self.mcpu:
+                parts.append(facts["cpu_model"] or "an unknown CPU")
+            if self.mattr or x86_cpu:
+                parts.append(" ".join(sorted(facts["features"])) or "no recorded ISA features")
+            kind = " ".join(parts)
+            if kind not in kinds:
+                kinds.append(kind)
+        shown = "; ".join(kinds[:most])
+        return shown + (f" and {len(kinds) - most} more kinds" if len(kinds) > most else "")
 
     def describe(self) -> str:
         return self.text
+
+
+def _device_facts(device: Mapping[str, Any]) -> dict[str, Any]:
+    extra = device.get("extra") if isinstance(device.get("extra"), Mapping) else {}
+    capability = str(device.get("compute_capability") or extra.get("compute_capability") or "")
+    return {
+        "sm": capability.replace(".", ""),
+        "arch": arch_family(str(device.get("arch") or "")),
+        "cpu_model": str(device.get("cpu_model") or ""),
+        "llvm_cpu": str(device.get("llvm_cpu") or extra.get("llvm_cpu") or ""),
+        "features": {str(f).lower() for f in device.get("isa_features") or ()},
+    }
+
+
+def _compute_capability_of(arch: str) -> str:
+    """``sm_87`` -> ``87``; ``sm_90a`` (arch-specific features of 9.0) -> ``90``."""
+    return arch.removeprefix("sm_").rstrip("abcdefghijklmnopqrstuvwxyz")
+
+
+def _has_feature(features: set[str], feature: str) -> bool:
+    return any(name in features for name in _SAME_FEATURE.get(feature, (feature,)))
+
+
+def _has_cpu(facts: Mapping[str, Any], mcpu: str) -> bool:
+    """x86 names need their CPU's features (and x86_64); others name a core the device has
+    ("cortex-a72" in "ARM Cortex-A72", not "cortex-a7"; "cortex-a78" in "Cortex-A78AE")."""
+    if mcpu in _X86_CPUS:
+        return facts["arch"] == "x86_64" and all(_has_feature(facts["features"], f) for f in _X86_CPUS[mcpu])
+    wanted = re.escape(_alnum(mcpu)) + r"(?![0-9])"
+    return any(re.search(wanted, _alnum(facts[name])) for name in ("cpu_model", "llvm_cpu"))
 
 
 def _alnum(text: str) -> str:
@@ -213,35 +323,121 @@ def _alnum(text: str) -> str:
 
 
 def parse_target(text: str) -> TargetSpec:
-    """Parse a TVM-style target string; raises :class:`SteeringError`."""
+    """Parse a TVM target string or tag; raises :class:`SteeringError`.
+
+    ``KIND [-option=value ...]`` where KIND is ``llvm`` (``cpu``, ``c``), ``cuda`` (``nvptx``) or
+    ``sleep`` (the testing templates); options: ``-mtriple`` (the device's architecture),
+    ``-device=arm_cpu`` (an ARM device), ``-mcpu``, ``-mattr=+f,-g``, for cuda ``-arch=sm_XY``
+    (nvptx: ``-mcpu=sm_XY``); options that do not constrain the device are accepted and ignored.
+    A TVM tag (``nvidia/jetson-orin-nano``, ``raspberry-pi/4b-aarch64``: :mod:`tuner.target_tags`)
+    stands for its target, optionally followed by options that override it.
+    """
+    from tuner.target_tags import TARGET_TAGS
+
     try:
         words = shlex.split(text or "cpu")
     except ValueError as exc:
         raise SteeringError(f"cannot parse target {text!r}: {exc}") from None
     if not words:
         words = ["cpu"]
-    family = _FAMILIES.get(words[0])
+    canonical = " ".join(words)
+    tag_name = words[0].lower() if words[0].lower() in TARGET_TAGS else ""
+    host_archs: tuple[str, ...] = ()
+    if tag_name:
+        tag = TARGET_TAGS[tag_name]
+        host_archs = (tag.host_arch,) if tag.host_arch else ()
+        words = tag.target.split() + words[1:]
+    elif "/" in words[0]:
+        close = difflib.get_close_matches(words[0].lower(), TARGET_TAGS, n=1)
+        hint = f"did you mean {close[0]}? " if close else ""
+        raise SteeringError(f"unknown target tag {words[0]!r}; {hint}tunefleet knows TVM's tags for Jetson boards, "
+                            "common NVIDIA GPUs and AWS C5 servers, raspberry-pi/4b-aarch64 and raspberry-pi/5 "
+                            "(e.g. nvidia/jetson-orin-nano, nvidia/nvidia-a100, aws/cpu/c5.large)")
+    kind = words[0].lower()
+    family = _FAMILIES.get(kind)
     if family is None:
-        raise SteeringError(f"unknown target {words[0]!r}; expected cpu, cuda, llvm (e.g. \"llvm -mattr=+avx2\")")
-    arch = mcpu = None
-    mattr: list[str] = []
-    for word in words[1:]:
-        key, _, value = word.lstrip("-").partition("=")
+        raise SteeringError(f"unknown target {words[0]!r}; expected cpu, llvm, cuda, nvptx or a TVM tag "
+                            "(e.g. \"llvm -mattr=+avx2\", \"cuda -arch=sm_87\", \"nvidia/jetson-orin-nano\")")
+    options = _target_options(words[1:], kind, family)
+    arch = options.get("arch")
+    mcpu = options.get("mcpu")
+    if mcpu in _ANY_CPU:
+        mcpu = None
+    archs = _intersection(canonical, host_archs, (options["triple"],) if "triple" in options else (),
+                          ("aarch64", "arm") if options.get("device") == "arm_cpu" else (),
+                          ("x86_64",) if mcpu in _X86_CPUS else ())
+    checked, unchecked = _split_features(options.get("mattr", ()))
+    return TargetSpec(text=canonical, family=family, arch=arch, mcpu=mcpu, mattr=checked, cpu_archs=archs,
+                      unchecked=unchecked, tag=tag_name)
+
+
+def _target_options(words: Sequence[str], kind: str, family: str) -> dict[str, Any]:
+    """The constraining options of a target (later ones override earlier ones, as in TVM)."""
+    options: dict[str, Any] = {}
+    for word in words:
+        if not word.startswith("-"):
+            raise SteeringError(f"target option {word!r} must start with -, e.g. -mcpu=cortex-a72")
+        key, sep, value = word.lstrip("-").partition("=")
+        if key in _IGNORED_OPTIONS:
+            if not sep and not _IGNORED_OPTIONS[key]:
+                raise SteeringError(f"target option -{key} needs a value, e.g. -{key}=...")
+            continue  # does not constrain which device measures
         if not value:
-            raise SteeringError(f"target option {word!r} needs a value, e.g. -arch=sm_72")
-        if key == "arch" and family == "cuda":
-            if not re.fullmatch(r"sm_\d{2,3}", value):
-                raise SteeringError(f"cuda -arch takes sm_XY (e.g. sm_72), not {value!r}")
-            arch = value
+            raise SteeringError(f"target option {word!r} needs a value, e.g. -mcpu=cortex-a72")
+        if key == "arch" and family == "cuda" or key == "mcpu" and kind == "nvptx":
+            if not re.fullmatch(r"sm_\d{2,3}[a-z]?", value):
+                raise SteeringError(f"cuda -{key} takes sm_XY (e.g. sm_87), not {value!r}")
+            options["arch"] = value
+        elif key == "mtriple" and kind == "nvptx":
+            if not value.lower().startswith("nvptx"):
+                raise SteeringError(f"nvptx -mtriple takes nvptx64-nvidia-cuda, not {value!r}")
+        elif key == "mtriple" and family == "cpu":
+            if not re.fullmatch(r"[A-Za-z0-9_.]+(-[A-Za-z0-9_.]+)*", value):
+                raise SteeringError(f"-mtriple takes an LLVM triple such as aarch64-linux-gnu, not {value!r}")
+            options["triple"] = arch_family(value.split("-", 1)[0])
+        elif key == "device" and family == "cpu":
+            options["device"] = value  # arm_cpu constrains; TVM's other device names do not
+        elif key == "device" and family == "cuda":
+            continue
         elif key == "mcpu" and family == "cpu":
-            mcpu = value
+            options["mcpu"] = value.lower()
         elif key == "mattr" and family == "cpu":
+            attrs = []
             for attr in value.split(","):
-                if not re.fullmatch(r"[+-][a-z0-9_.]+", attr.strip().lower()):
+                attr = attr.strip().lower()
+                if not re.fullmatch(r"[+-][a-z0-9_.-]+", attr):
                     raise SteeringError(f"-mattr takes +feature or -feature, not {attr!r}")
-                mattr.append(attr.strip().lower())
-        elif key in ("keys", "model", "libs", "num-cores", "device", "max_num_threads", "thread_warp_size"):
-            continue  # TVM options that do not constrain which device measures
+                attrs.append(attr)
+            options["mattr"] = tuple(attrs)
         else:
-            raise SteeringError(f"target option -{key} is not understood for {words[0]}")
-    return TargetSpec(text=" ".join(words), family=family, arch=arch, mcpu=mcpu, mattr=tuple(mattr))
+            raise SteeringError(f"target option -{key} is not understood for {kind}")
+    return options
+
+
+def _intersection(text: str, *choices: tuple[str, ...]) -> tuple[str, ...]:
+    """The architectures every non-empty choice allows (empty: any)."""
+    allowed: tuple[str, ...] = ()
+    for choice in choices:
+        if not choice:
+            continue
+        allowed = choice if not allowed else tuple(a for a in allowed if a in choice)
+        if not allowed:
+            raise SteeringError(f"target {text!r} contradicts itself: no device is both "
+                                + " and ".join("/".join(c) for c in choices if c))
+    return allowed
+
+
+def _split_features(attrs: Sequence[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(-mattr entries in recorded names, entries devices do not record); a feature named twice
+    keeps its last sign."""
+    recorded = _recorded_features()
+    checked: dict[str, str] = {}
+    unchecked: list[str] = []
+    for attr in attrs:
+        name = _FEATURE_ALIASES.get(attr[1:], attr[1:])
+        if name in recorded:
+            checked.pop(name, None)  # the last sign counts, in the order written
+            checked[name] = attr[0]
+        elif attr not in unchecked:
+            unchecked.append(attr)
+    return tuple(sign + name for name, sign in checked.items()), tuple(unchecked)

@@ -1,7 +1,8 @@
 """Turning rendered kernel source into a callable, with numba's on-disk cache.
 
 Each distinct source is written once to ``<cache_dir>/kernels/k_<digest>.py`` and imported from
-there; numba's ``cache=True`` then stores the machine code beside it. A build worker compiles and
+there; numba's ``cache=True`` then stores the machine code beside it (in ``kernels/__pycache__``;
+:mod:`measure_agent.engine.kernel_cache` holds the whole to a size cap). A build worker compiles and
 caches; the run worker imports the same file and loads the machine code instead of compiling again.
 CUDA kernels (``KernelSource.launch == "cuda"``) work the same way through numba.cuda's
 ``cache=True`` (:func:`compile_cuda_kernel`).
@@ -19,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from measure_agent.engine.kernel_cache import mark_used
 from measure_agent.templates.base import KernelSource
 
 # numba reads these once, at import: they must be in the environment of any process that compiles
@@ -97,8 +99,10 @@ def kernel_path(source: KernelSource, cache_dir: Path) -> Path:
 
 
 def load_kernel(source: KernelSource, cache_dir: Path) -> Callable:
-    """Import the kernel module and return its entry point (a numba dispatcher or function)."""
+    """Import the kernel module and return its entry point (a numba dispatcher or function).
+    Every load counts as a use of its cache entry (the cache evicts least recently used first)."""
     path = kernel_path(source, cache_dir)
+    mark_used(path)
     name = f"tunefleet_kernels.{path.stem}"
     module = sys.modules.get(name)
     if module is None:

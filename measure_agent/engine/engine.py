@@ -7,12 +7,18 @@ failure is contained in its worker process.
 Two stages, :meth:`MeasureEngine.prepare` (validate and build) and :meth:`MeasureEngine.run`, so
 that an agent can build its next batch while it runs this one where that cannot disturb a timing
 (:meth:`MeasureEngine.builds_may_overlap_runs`); :meth:`MeasureEngine.measure` does both in turn.
+
+The kernel cache is held to ``cache_max_mb`` (:mod:`measure_agent.engine.kernel_cache`): when the
+kernels built since the last scan may have taken it past the cap, the least recently used kernels
+are evicted (down to ``LOW_WATER`` of it), never one that a prepared candidate not yet run needs.
 """
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,10 +26,13 @@ from typing import Sequence
 
 from measure_agent.device import detect_device
 from measure_agent.engine.build import default_kernel_cache_dir
+from measure_agent.engine.kernel_cache import DEFAULT_CACHE_MAX_MB, LOW_WATER, ScanSchedule, evict_to_cap
 from measure_agent.engine.process import WorkerCrashed, WorkerProcess, WorkerTimedOut
 from measure_agent.engine.types import MeasureInput, MeasureResult, MeasureStatus, TimingConfig
 from measure_agent.space import ConfigError
 from measure_agent.templates import TemplateNotFound, load_catalog
+
+logger = logging.getLogger("measure_agent.engine")
 
 
 @dataclass(frozen=True)
@@ -33,6 +42,7 @@ class Prepared:
     item: MeasureInput
     failed: MeasureResult | None = None
     compile_time_s: float = 0.0
+    kernel: str = ""  # the digest of its kernel-cache entry, kept until it has run
 
 
 class MeasureEngine:
@@ -45,14 +55,21 @@ class MeasureEngine:
         build_workers: int = 1,
         catalog: str = "default",
         cache_dir: Path | None = None,
+        cache_max_mb: int = DEFAULT_CACHE_MAX_MB,
     ) -> None:
         if build_workers < 1:
             raise ValueError("build_workers must be >= 1")
+        if cache_max_mb < 0:
+            raise ValueError("cache_max_mb must be >= 0 (0: no cap)")
         self.timing = timing
         self.catalog_name = catalog
         self.catalog = load_catalog(catalog)
         self.device = detect_device()
         self.cache_dir = Path(cache_dir) if cache_dir else default_kernel_cache_dir()
+        self.cache_max_bytes = cache_max_mb * 1024 * 1024
+        self._kernels_in_use: Counter[str] = Counter()  # prepared, not yet run: never evicted
+        self._in_use_lock = threading.Lock()
+        self._cache_scans = ScanSchedule(self.cache_max_bytes)
         self._builders: queue.Queue[WorkerProcess] = queue.Queue()
         self._all_workers = [WorkerProcess(catalog, self.cache_dir) for _ in range(build_workers)]
         for worker in self._all_workers:
@@ -89,21 +106,33 @@ class MeasureEngine:
             problem = self.validate(item)
             if problem is not None:
                 return Prepared(item, MeasureResult(MeasureStatus.INVALID_CONFIG, message=problem))
-            result = self._build(item, timing)
+            result, kernel = self._build(item, timing)
             if result.status is not MeasureStatus.OK:
                 return Prepared(item, result)
-            return Prepared(item, compile_time_s=result.compile_time_s)
+            return Prepared(item, compile_time_s=result.compile_time_s, kernel=kernel)
 
         with self._build_lock:
             if len(items) == 1:  # no thread hop for the common one-candidate lease
-                return [build(items[0])]
-            return list(self._pool.map(build, items))
+                prepared = [build(items[0])]
+            else:
+                prepared = list(self._pool.map(build, items))
+            built = [p.kernel for p in prepared if p.kernel]
+            with self._in_use_lock:
+                self._kernels_in_use.update(built)
+            self._evict(len(built))
+            return prepared
 
     def run(self, prepared: Sequence[Prepared], timing: TimingConfig | None = None) -> list[MeasureResult]:
         """Time the built candidates one at a time; one result per candidate, in order."""
         timing = timing or self.timing
         with self._run_lock:
-            return [p.failed or self._run(p.item, p.compile_time_s, timing) for p in prepared]
+            results = []
+            for p in prepared:
+                results.append(p.failed or self._run(p.item, p.compile_time_s, timing))
+                if p.kernel:
+                    with self._in_use_lock:
+                        self._kernels_in_use -= Counter({p.kernel: 1})
+            return results
 
     def builds_may_overlap_runs(self, items: Sequence[MeasureInput]) -> bool:
         """Whether building other candidates while these run leaves their timings alone: only when
@@ -137,17 +166,35 @@ class MeasureEngine:
             }
         return message
 
-    def _build(self, item: MeasureInput, timing: TimingConfig) -> MeasureResult:
+    def _build(self, item: MeasureInput, timing: TimingConfig) -> tuple[MeasureResult, str]:
+        """The build's result and the digest of the kernel it cached ("" when it failed)."""
         worker = self._builders.get()
         try:
             reply = worker.request(self._request(item, "build", timing), timing.build_timeout_s)
         except WorkerTimedOut:
-            return MeasureResult(MeasureStatus.BUILD_TIMEOUT, message=f"build exceeded {timing.build_timeout_s:g} s")
+            return MeasureResult(MeasureStatus.BUILD_TIMEOUT, message=f"build exceeded {timing.build_timeout_s:g} s"), ""
         except WorkerCrashed as exc:
-            return MeasureResult(MeasureStatus.COMPILE_ERROR, message=f"build crashed: {exc}")
+            return MeasureResult(MeasureStatus.COMPILE_ERROR, message=f"build crashed: {exc}"), ""
         finally:
             self._builders.put(worker)
-        return _result_from_reply(reply)
+        return _result_from_reply(reply), str(reply.get("kernel", ""))
+
+    def _evict(self, kernels_built: int) -> None:
+        """Hold the kernel cache to its cap, keeping every kernel a prepared candidate needs."""
+        if not self._cache_scans.built(kernels_built):
+            return
+        with self._in_use_lock:
+            keep = set(self._kernels_in_use)
+        try:
+            eviction = evict_to_cap(self.cache_dir, self.cache_max_bytes, keep,
+                                    target_bytes=int(LOW_WATER * self.cache_max_bytes))
+        except OSError as exc:  # a cache we cannot clean is no reason to stop measuring
+            logger.warning("kernel cache %s: eviction failed: %s", self.cache_dir, exc)
+            return
+        self._cache_scans.scanned(eviction)
+        if eviction.evicted:
+            logger.debug("kernel cache: evicted %d kernels (%d bytes)", len(eviction.evicted),
+                         sum(e.size_bytes for e in eviction.evicted))
 
     def _run(self, item: MeasureInput, compile_time_s: float, timing: TimingConfig) -> MeasureResult:
         try:

@@ -10,10 +10,12 @@ Requests (``op``):
   to the run worker too, where it loads the cached machine code before timing starts;
 - ``run``: warm up, check the output against the reference, time it per :class:`TimingConfig`.
 
-CUDA candidates (``KernelSource.launch == "cuda"``, see :meth:`Worker._run_cuda`) differ only in
-where the arrays live: the inputs are copied to the device once per workload, outside any timing;
-``out`` is a device array; every call is followed by ``cuda.synchronize()`` (also when timed); and
-``out`` is copied back for the check. numba.cuda is imported only for them.
+CUDA candidates (``KernelSource.launch == "cuda"``, see :meth:`Worker._run_cuda`) differ in where
+the arrays live and in the clock: the inputs are copied to the device once per workload, outside
+any timing; ``out`` is a device array, copied back for the check; and a repeat's launches are timed
+on the GPU, between two CUDA events (:func:`time_launches_with_events`), not by the host's clock
+around ``cuda.synchronize()``, which would add the launch and synchronisation overheads. numba.cuda
+is imported only for them.
 """
 
 from __future__ import annotations
@@ -29,8 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
-from measure_agent.device import detect_device
-from measure_agent.engine.build import compile_cuda_kernel, compile_kernel, load_kernel
+from measure_agent.device import cuda_simulated, detect_device
+from measure_agent.engine.build import compile_cuda_kernel, compile_kernel, load_kernel, source_digest
 from measure_agent.engine.checking import Problem, check_output, make_problem
 from measure_agent.engine.types import MeasureStatus, TimingConfig
 from measure_agent.space import ConfigError
@@ -108,7 +110,7 @@ class Worker:
                 seconds = compile_kernel(kernel, self._call_args(workload, kernel_source, tiny))
         except Exception as exc:  # noqa: BLE001 - any compile failure belongs to the candidate
             raise CandidateError(MeasureStatus.COMPILE_ERROR, _one_line(exc)) from None
-        return {"status": MeasureStatus.OK.value, "compile_time_s": seconds}
+        return {"status": MeasureStatus.OK.value, "compile_time_s": seconds, "kernel": source_digest(kernel_source)}
 
     def _tiny_inputs(self, workload: Workload) -> tuple[np.ndarray, ...]:
         # Types are all that matter: the workload's own (shape-only) arrays, never filled.
@@ -149,7 +151,8 @@ class Worker:
 
     # -- CUDA candidates ---------------------------------------------------------------------------
     def _run_cuda(self, workload: Workload, kernel, kernel_source, timing: TimingConfig) -> dict:
-        """As :meth:`_run`, with device arrays and a ``cuda.synchronize()`` after every call.
+        """As :meth:`_run`, with device arrays, timed by CUDA events (the simulator's events time
+        nothing, so under it the host's clock times each launch and synchronisation).
 
         A CUDA error can leave the process's context unusable (an illegal address is sticky), and
         every later candidate would fail with it. So a failing launch is not answered: the worker
@@ -166,9 +169,19 @@ class Worker:
             _abandon_cuda_context(exc)
         args = (*inputs, out, *kernel_source.runtime_args)
 
-        def call():
+        def launch():
             kernel(*args)
+
+        def call():
+            launch()
             cuda.synchronize()
+
+        if cuda_simulated():
+            def time_calls(n: int) -> float:
+                return time_calls_of(call, n)
+        else:
+            def time_calls(n: int) -> float:
+                return time_launches_with_events(launch, n, cuda)
 
         try:
             for _ in range(max(1, timing.warmup)):
@@ -186,8 +199,8 @@ class Worker:
                 "details": details,
             }
         try:
-            costs, number = timed_costs(lambda n: time_calls_of(call, n), timing)
-        except Exception as exc:  # noqa: BLE001
+            costs, number = timed_costs(time_calls, timing)
+        except Exception as exc:  # noqa: BLE001 - an asynchronous launch error surfaces at the event
             _abandon_cuda_context(exc)
         details["number"] = number
         return {"status": MeasureStatus.OK.value, "costs": costs, "details": details}
@@ -227,12 +240,24 @@ def _time_calls(kernel, args, number: int) -> float:
 
 
 def time_calls_of(call, number: int) -> float:
-    """Seconds for ``number`` back-to-back ``call()``s (a CUDA call launches and synchronises, so
-    each includes its launch and completion)."""
+    """Seconds for ``number`` back-to-back ``call()``s, by the host's clock."""
     start = time.perf_counter()
     for _ in range(number):
         call()
     return time.perf_counter() - start
+
+
+def time_launches_with_events(launch, number: int, cuda) -> float:
+    """Seconds the GPU took for ``number`` back-to-back ``launch()``es, between a CUDA event
+    recorded before the first and one after the last on the default stream; the launches queue
+    without waiting for each other. ``cuda``: the ``numba.cuda`` module (or one like it)."""
+    start, end = cuda.event(), cuda.event()
+    start.record()
+    for _ in range(number):
+        launch()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / 1000.0  # CUDA events count milliseconds
 
 
 # Exit status of a worker that gave up its CUDA context after a failed launch (EX_SOFTWARE).

@@ -18,6 +18,7 @@ from measure_agent.templates import TemplateCatalog, default_catalog
 from tuner.daemon.jobs import JobManager
 from tuner.daemon.leadership import LeadershipKeeper, StandbyGate
 from tuner.daemon.limits import SERVER_THREADS, ClientCallInterceptor, ClientCallLimiter
+from tuner.daemon.observability import DaemonMetrics
 from tuner.daemon.scheduler import Scheduler
 from tuner.daemon.security import TokenAuthInterceptor, server_credentials
 from tuner.daemon.service import AgentService, ClientService
@@ -89,7 +90,8 @@ class Daemon:
                  lease_ttl_s: float = DEFAULT_TTL_S, on_deposed: Callable[[], None] | None = None) -> None:
         self.log = log
         self.catalog = catalog or default_catalog()
-        self.scheduler = Scheduler(heartbeat_interval_s, agent_timeout_s)
+        self.metrics = DaemonMetrics()  # this daemon's own registry; served by MetricsServer
+        self.scheduler = Scheduler(heartbeat_interval_s, agent_timeout_s, on_result=self.metrics.observe_result)
         self.jobs = JobManager(self.scheduler, log, self.catalog)
         self.gate = StandbyGate(leading=not leadership)
         self.server, self.port, self.auth = create_server(
@@ -106,6 +108,7 @@ class Daemon:
             self.keeper = LeadershipKeeper(lease, self.gate, on_promoted=self._promoted,
                                            on_deposed=self._deposed)
         self._on_deposed = on_deposed or (lambda: None)
+        self.metrics.watch(self)
         self._stop = threading.Event()
         self._reaper = threading.Thread(target=self._reap, name="tunefleet-reaper", daemon=True)
 

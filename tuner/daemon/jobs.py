@@ -73,6 +73,7 @@ class JobManager:
             spec = self._validation.submit(spec.validate, self.catalog).result()
         except JobSpecError as exc:
             raise InvalidRequest(str(exc)) from None
+        self._check_servable(spec)
         workload = spec.parsed_workload
         if spec.family:
             self.log.record_family(spec.family, workload.op, workload.dtype, [workload.key])
@@ -80,6 +81,18 @@ class JobManager:
                                      spec.trials, _options_of(spec, self.catalog.version))
         self._start(self._new_status(job_id, spec, time.time()))
         return self.get(job_id)
+
+    def _check_servable(self, spec: JobSpec) -> None:
+        """Refuse a job whose target no agent of its key can serve: none of the kinds of device
+        registered under the key since the daemon started (live or gone) matches it. A key no
+        agent has registered under yet is not judged: its agents may still join."""
+        target = spec.target_spec
+        if not target.has_requirements:
+            return
+        devices = self.scheduler.devices_seen(spec.device_key)
+        if devices and not any(target.matches(device) for device in devices):
+            raise InvalidRequest(f"target {target.text!r} matches no agent of key {spec.device_key!r}: "
+                                 f"they have {target.offered(devices)}")
 
     def resume(self) -> list[int]:
         """Start again every fleet job the log holds as running (the daemon stopped or died mid-job).

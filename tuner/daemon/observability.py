@@ -1,87 +1,165 @@
-"""What operators see: Prometheus metrics over HTTP and structured (JSON) logs."""
+"""What operators see: Prometheus metrics over HTTP and structured (JSON) logs.
+
+Exposition is prometheus_client's. Each :class:`~tuner.daemon.daemon.Daemon` has its own
+:class:`DaemonMetrics` registry (not the library's global one), so several daemons in one process
+(tests, the embedded fleet) never share or clash. It holds three kinds of metrics:
+
+- gauges and counters read from the daemon's state at scrape time (:class:`DaemonStateCollector`):
+  jobs by state, agents, queues, accepted results, failures, lease expiries, refused calls;
+- histograms observed as results arrive in the scheduler: compile time, kernel run time (best of
+  the repeats) and lease-to-result latency, per device key;
+- the library's process, platform and garbage-collector metrics (``process_*``, ``python_*``).
+"""
 
 from __future__ import annotations
 
 import json
 import logging
+import socket
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterator
+from wsgiref.simple_server import WSGIRequestHandler, make_server
 
-from measure_agent.engine import MeasureStatus
+from prometheus_client import CollectorRegistry, GCCollector, Histogram, PlatformCollector, ProcessCollector
+from prometheus_client import generate_latest, make_wsgi_app
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import ThreadingWSGIServer
+from prometheus_client.registry import Collector
+
+from measure_agent.engine import MeasureResult, MeasureStatus
 
 if TYPE_CHECKING:
     from tuner.daemon.daemon import Daemon
 
 JOB_STATES = ("queued", "running", "done", "failed", "cancelled", "interrupted")
 
+# Bucket bounds in seconds. Compiling a numba kernel takes from tens of milliseconds (cache hit)
+# to minutes (large CUDA tiles); kernels run from microseconds to seconds; a lease waits behind
+# the agent's current batch, so its latency reaches the lease deadline (minutes).
+COMPILE_BUCKETS_S = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+KERNEL_RUN_BUCKETS_S = (1e-6, 3e-6, 1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 0.01, 0.03, 0.1, 0.3, 1, 3, 10)
+LEASE_TO_RESULT_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800)
+
+
+class DaemonMetrics:
+    """One daemon's metrics registry and the histograms it observes; :meth:`watch` adds the
+    daemon's state. ``observe_result`` is safe from any thread."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.compile_seconds = Histogram(
+            "tunefleet_compile_seconds", "Compile time agents reported, per accepted result.",
+            ["key"], buckets=COMPILE_BUCKETS_S, registry=self.registry)
+        self.kernel_run_seconds = Histogram(
+            "tunefleet_kernel_run_seconds", "Kernel time per call (best of the repeats) of correct results.",
+            ["key"], buckets=KERNEL_RUN_BUCKETS_S, registry=self.registry)
+        self.lease_to_result_seconds = Histogram(
+            "tunefleet_lease_to_result_seconds", "From a candidate's lease to its accepted result.",
+            ["key"], buckets=LEASE_TO_RESULT_BUCKETS_S, registry=self.registry)
+        ProcessCollector(registry=self.registry)  # process_*: CPU, memory, open files (Linux)
+        PlatformCollector(registry=self.registry)  # python_info
+        GCCollector(registry=self.registry)  # python_gc_*
+
+    def observe_result(self, key: str, result: MeasureResult, lease_to_result_s: float) -> None:
+        """Record one accepted result of device key ``key``."""
+        self.lease_to_result_seconds.labels(key).observe(max(0.0, lease_to_result_s))
+        if result.compile_time_s > 0:  # 0: failed before compiling, or a testing kernel
+            self.compile_seconds.labels(key).observe(result.compile_time_s)
+        if result.min_s is not None:
+            self.kernel_run_seconds.labels(key).observe(result.min_s)
+
+    def watch(self, daemon: "Daemon") -> None:
+        """Export ``daemon``'s state (read at every scrape)."""
+        self.registry.register(DaemonStateCollector(daemon))
+
+    def exposition(self) -> bytes:
+        """Everything in the Prometheus text format."""
+        return generate_latest(self.registry)
+
+
+class DaemonStateCollector(Collector):
+    """The daemon's jobs, agents, queues and counters, read from its state at each scrape."""
+
+    def __init__(self, daemon: "Daemon") -> None:
+        self._daemon = daemon
+
+    def collect(self) -> Iterator[Metric]:
+        daemon, scheduler = self._daemon, self._daemon.scheduler
+        jobs = daemon.jobs.list()
+        yield _gauge("jobs", "Jobs known to this daemon run, by state.", "state",
+                     [(s, sum(1 for j in jobs if j.state == s)) for s in JOB_STATES])
+        yield _counter("trials", "Measurement results accepted from agents.", sum(scheduler.results_by_status.values()))
+        yield _gauge("trials_per_second", "Results accepted per second over the last minute.", None,
+                     [(None, scheduler.results_per_second())])
+        errors = CounterMetricFamily("tunefleet_measurement_errors", "Failed measurements by status.", labels=["status"])
+        for status in MeasureStatus:
+            if not status.is_ok:
+                errors.add_metric([status.value], scheduler.results_by_status.get(status.value, 0))
+        yield errors
+        agents = scheduler.agents()
+        keys = sorted({a.key for a in agents})
+        yield _gauge("agents", "Live agents per device key.", "key",
+                     [(k, sum(1 for a in agents if a.key == k)) for k in keys])
+        yield _gauge("busy_agents", "Agents holding leases, per device key.", "key",
+                     [(k, sum(1 for a in agents if a.key == k and a.leases)) for k in keys])
+        all_keys = sorted(set(scheduler.device_keys()) | {j.device_key for j in jobs if not j.finished})
+        yield _gauge("queued_candidates", "Candidates waiting for an agent, per device key.", "key",
+                     [(k, scheduler.key_counts(k)[0]) for k in all_keys])
+        yield _counter("lease_expiries", "Leases taken back from agents presumed dead or overdue.",
+                       scheduler.expired_leases)
+        yield _counter("refused_calls", "Calls refused for a missing or wrong token.", daemon.auth.refused)
+        yield _gauge("leader", "1 while this daemon leads the tune-cluster (a single daemon always does), "
+                     "0 while it stands by.", None, [(None, 1.0 if daemon.leading else 0.0)])
+        yield _gauge("leader_epoch", "The epoch of this daemon's leadership lease (0: a single daemon or a standby).",
+                     None, [(None, float(daemon.gate.epoch if daemon.leading else 0))])
+
+
+def _gauge(name: str, help_text: str, label: str | None, samples: list[tuple[str | None, float]]) -> Metric:
+    family = GaugeMetricFamily(f"tunefleet_{name}", help_text, labels=[label] if label else None)
+    for value_label, value in samples:
+        family.add_metric([value_label] if label else [], value)
+    return family
+
+
+def _counter(name: str, help_text: str, value: float) -> Metric:
+    return CounterMetricFamily(f"tunefleet_{name}", help_text, value=value)  # exposed as tunefleet_NAME_total
+
 
 def render_metrics(daemon: "Daemon") -> str:
-    """The daemon's state in the Prometheus text exposition format (names prefixed ``tunefleet_``)."""
-    scheduler = daemon.scheduler
-    lines: list[str] = []
-
-    def metric(name: str, kind: str, help_text: str, samples: list[tuple[dict[str, str], float]]) -> None:
-        lines.append(f"# HELP tunefleet_{name} {help_text}")
-        lines.append(f"# TYPE tunefleet_{name} {kind}")
-        for labels, value in samples:
-            text = ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(labels.items()))
-            lines.append(f"tunefleet_{name}{{{text}}} {value:g}" if text else f"tunefleet_{name} {value:g}")
-
-    jobs = daemon.jobs.list()
-    metric("jobs", "gauge", "Jobs known to this daemon run, by state.",
-           [({"state": s}, sum(1 for j in jobs if j.state == s)) for s in JOB_STATES])
-    metric("trials_total", "counter", "Measurement results accepted from agents.",
-           [({}, sum(scheduler.results_by_status.values()))])
-    metric("trials_per_second", "gauge", "Results accepted per second over the last minute.",
-           [({}, scheduler.results_per_second())])
-    metric("measurement_errors_total", "counter", "Failed measurements by status.",
-           [({"status": s.value}, scheduler.results_by_status.get(s.value, 0)) for s in MeasureStatus if not s.is_ok])
-    agents = scheduler.agents()
-    keys = sorted({a.key for a in agents})
-    metric("agents", "gauge", "Live agents per device key.", [({"key": k}, sum(1 for a in agents if a.key == k)) for k in keys])
-    metric("busy_agents", "gauge", "Agents holding leases, per device key.",
-           [({"key": k}, sum(1 for a in agents if a.key == k and a.leases)) for k in keys])
-    all_keys = sorted(set(scheduler.device_keys()) | {j.device_key for j in jobs if not j.finished})
-    queued = [({"key": k}, scheduler.key_counts(k)[0]) for k in all_keys]
-    metric("queued_candidates", "gauge", "Candidates waiting for an agent, per device key.", queued)
-    metric("lease_expiries_total", "counter", "Leases taken back from agents presumed dead.",
-           [({}, scheduler.expired_leases)])
-    metric("refused_calls_total", "counter", "Calls refused for a missing or wrong token.", [({}, daemon.auth.refused)])
-    return "\n".join(lines) + "\n"
+    """The daemon's metrics in the Prometheus text exposition format (names prefixed ``tunefleet_``)."""
+    return daemon.metrics.exposition().decode()
 
 
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, *args) -> None:  # scraped every few seconds: keep the log quiet
+        pass
 
 
 class MetricsServer:
-    """Serves ``/metrics`` (and ``/healthz``) on its own port, in a thread."""
+    """Serves ``/metrics`` (prometheus_client's WSGI app: text or OpenMetrics, gzip when asked) and
+    ``/healthz`` on its own port, in a thread."""
 
     def __init__(self, address: str, daemon: "Daemon") -> None:
         host, _, port = address.rpartition(":")
-        daemon_ref = daemon
+        metrics_app = make_wsgi_app(daemon.metrics.registry)
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - http.server's name
-                if self.path.split("?")[0] == "/metrics":
-                    body, kind = render_metrics(daemon_ref).encode(), "text/plain; version=0.0.4"
-                elif self.path == "/healthz":
-                    body, kind = b"ok\n", "text/plain"
-                else:
-                    self.send_error(404)
-                    return
-                self.send_response(200)
-                self.send_header("Content-Type", kind)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+        def app(environ, start_response):
+            path = environ.get("PATH_INFO", "")
+            if path == "/metrics":
+                return metrics_app(environ, start_response)
+            if path == "/healthz":
+                start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", "3")])
+                return [b"ok\n"]
+            start_response("404 Not Found", [("Content-Type", "text/plain"), ("Content-Length", "10")])
+            return [b"not found\n"]
 
-            def log_message(self, *args) -> None:  # scrapes every few seconds: keep the log quiet
-                pass
+        host = host.strip("[]") or "0.0.0.0"
 
-        self._server = ThreadingHTTPServer((host.strip("[]") or "0.0.0.0", int(port)), Handler)
+        class Server(ThreadingWSGIServer):
+            address_family = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0][0]
+
+        self._server = make_server(host, int(port), app, Server, handler_class=_QuietHandler)
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(target=self._server.serve_forever, name="tunefleet-metrics", daemon=True)
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import json
 import logging
 import threading
 import time
@@ -26,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from measure_agent.engine import MeasureInput, MeasureResult, TimingConfig
-from tuner.daemon.limits import LEASE_GRACE_S, OVERDUE_LEASES_TO_QUARANTINE
+from tuner.daemon.limits import LEASE_GRACE_S, MAX_DEVICE_KINDS_PER_KEY, OVERDUE_LEASES_TO_QUARANTINE
 
 logger = logging.getLogger("tunefleet.daemon")
 
@@ -69,6 +70,7 @@ class Candidate:
     lease_id: str | None = None
     agent_id: str | None = None
     deadline: float | None = None  # when the lease is taken back
+    leased_at: float | None = None  # when the agent took it (lease-to-result latency)
 
     @property
     def worst_case_s(self) -> float:
@@ -81,16 +83,22 @@ class Candidate:
         return self.batch.items[self.index]
 
 
+# Told of every accepted result: (device key, result, seconds from its lease to its arrival).
+ResultObserver = Callable[[str, MeasureResult, float], None]
+
+
 class Scheduler:
-    """Thread-safe; every public method takes the one lock. ``clock`` is injectable for tests."""
+    """Thread-safe; every public method takes the one lock. ``clock`` is injectable for tests.
+    ``on_result`` (the daemon's metrics) is called for each accepted result, outside the lock."""
 
     def __init__(self, heartbeat_interval_s: float = 2.0, agent_timeout_s: float = 10.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, on_result: ResultObserver | None = None) -> None:
         if agent_timeout_s <= heartbeat_interval_s:
             raise ValueError("agent timeout must exceed the heartbeat interval")
         self.heartbeat_interval_s = heartbeat_interval_s
         self.agent_timeout_s = agent_timeout_s
         self._clock = clock
+        self._on_result = on_result
         # One mutex, two kinds of waiters: job threads and watchers wait on ``_lock`` for any
         # change; agents' lease calls wait on their key's ``_work`` condition, woken only when
         # candidates of that key are queued (not by each of hundreds of results a second).
@@ -103,6 +111,9 @@ class Scheduler:
         self._served = itertools.count()
         self._last_served: dict[int, int] = {}
         self._key_last_seen: dict[str, float] = {}
+        # Per key, every kind of device registered under it since the daemon started (live or
+        # gone), the most recent MAX_DEVICE_KINDS_PER_KEY: what the key can ever serve.
+        self._key_devices: dict[str, dict[str, dict]] = {}
         self._started_jobs: set[int] = set()
         self._generation = 0
         self.expired_leases = 0
@@ -122,6 +133,7 @@ class Scheduler:
             )
             self._agents[agent.agent_id] = agent
             self._key_last_seen[key] = now
+            self._remember_device(key, device_info)
             self._notify()
             return agent
 
@@ -174,6 +186,17 @@ class Scheduler:
         with self._lock:
             return sum(1 for a in self._agents.values()
                        if a.key == key and (requirement is None or requirement(a.device_info)))
+
+    def devices_seen(self, key: str) -> list[dict]:
+        """The device info of each kind of agent that has registered under ``key`` since the daemon
+        started, live or gone (agents of one kind differ only in facts no target names: cores,
+        versions); empty when none has."""
+        with self._lock:
+            kinds = dict(self._key_devices.get(key, {}))
+            for agent in self._agents.values():  # also any kind pushed out of the bounded memory
+                if agent.key == key:
+                    kinds.setdefault(_device_kind(agent.device_info), agent.device_info)
+            return list(kinds.values())
 
     def seconds_without_agents(self, key: str, since: float,
                                requirement: Callable[[dict], bool] | None = None) -> float:
@@ -298,15 +321,27 @@ class Scheduler:
             agent.leases.discard(lease_id)
             agent.last_heartbeat = self._clock()
             batch = candidate.batch
-            if batch.results[candidate.index] is None:
+            accepted = batch.results[candidate.index] is None
+            if accepted:
                 batch.results[candidate.index] = result
                 batch.remaining -= 1
                 self.results_by_status[result.status.value] += 1
                 self._recent_results.append(self._clock())
+                lease_to_result_s = self._clock() - (candidate.leased_at or self._clock())
             self._notify()
-            return True
+        if accepted and self._on_result is not None:
+            self._on_result(batch.key, result, lease_to_result_s)
+        return True
 
     # -- internals (lock held) --------------------------------------------------------------
+    def _remember_device(self, key: str, device_info: dict) -> None:
+        kinds = self._key_devices.setdefault(key, {})
+        kind = _device_kind(device_info)
+        kinds.pop(kind, None)  # the most recent last
+        kinds[kind] = device_info
+        while len(kinds) > MAX_DEVICE_KINDS_PER_KEY:
+            del kinds[next(iter(kinds))]
+
     def _notify(self) -> None:
         self._generation += 1
         self._lock.notify_all()
@@ -344,6 +379,7 @@ class Scheduler:
             self._started_jobs.add(job_id)
             candidate.lease_id = uuid.uuid4().hex
             candidate.agent_id = agent.agent_id
+            candidate.leased_at = self._clock()
             self._leases[candidate.lease_id] = candidate
             agent.leases.add(candidate.lease_id)
             taken.append(candidate)
@@ -379,7 +415,7 @@ class Scheduler:
         candidate = self._leases.pop(lease_id, None)
         if candidate is None or candidate.batch.cancelled:
             return
-        candidate.lease_id = candidate.agent_id = candidate.deadline = None
+        candidate.lease_id = candidate.agent_id = candidate.deadline = candidate.leased_at = None
         queue = self._queues.setdefault(candidate.batch.key, {}).setdefault(candidate.batch.job_id, deque())
         queue.appendleft(candidate)
         self._work_queued(candidate.batch.key)
@@ -417,3 +453,11 @@ class Scheduler:
                 self._requeue(agent)
         if changed:
             self._notify()
+
+
+# What a target can ask of a device (tuner/steering.py): agents that agree on these are one kind.
+_KIND_FIELDS = ("arch", "cpu_model", "isa_features", "board", "compute_capability", "gpu_name", "extra")
+
+
+def _device_kind(device_info: dict) -> str:
+    return json.dumps([device_info.get(name) for name in _KIND_FIELDS], sort_keys=True, default=str)

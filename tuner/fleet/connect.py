@@ -44,7 +44,7 @@ def check_local_target(target: str) -> "DeviceInfo":
                               "numba's simulator")
     device = detect_device()
     if spec.has_requirements and not spec.matches(device.to_json()):
-        raise LocalFleetError(f"this host ({device.cpu_model}, {' '.join(device.isa_features)}) does not match "
+        raise LocalFleetError(f"this host ({spec.offered([device.to_json()])}) does not match "
                               f"target {spec.text!r}; run it on a fleet with --tracker")
     return device
 

@@ -52,7 +52,7 @@ class JobSpec:
 
     workload: str  # "matmul(M=512,N=512,K=512)" or a compact name; canonical after validate()
     device_key: str  # whose agents measure the job
-    target: str = "cpu"  # cpu, cuda, or a TVM-style string: "cuda -arch=sm_72", "llvm -mattr=+avx2"
+    target: str = "cpu"  # cpu, cuda, a TVM target string ("llvm -mattr=+avx2") or tag ("nvidia/jetson-orin-nano")
     strategy: str = "xgb"
     trials: int = 64
     seed: int = 0
