@@ -92,8 +92,8 @@ def test_a_standby_answers_not_serving_names_the_leader_and_clients_follow(pg_ur
         try:
             wait_for(lambda: health(f"127.0.0.1:{b}") == health_pb2.HealthCheckResponse.NOT_SERVING,
                      what="the standby answering health")
-            assert wait_for(lambda: leader_metric(metrics_b) is not None, what="standby metrics") == 0.0
-            assert leader_metric(metrics_a) == 1.0
+            wait_for(lambda: leader_metric(metrics_b) is not None, what="the standby's metrics")
+            assert (leader_metric(metrics_a), leader_metric(metrics_b)) == (1.0, 0.0)
             direct = subprocess.run([sys.executable, "-m", "tuner", "agents", "--tracker", f"127.0.0.1:{b}"],
                                     capture_output=True, text=True, env=cli_env, timeout=60)
             assert direct.returncode == 1
