@@ -11,16 +11,16 @@ from tuner.cli.common import (
     EXIT_FAILURE,
     CliError,
     add_client_security_arguments,
+    add_tracker_argument,
     fleet_client,
     positive_int,
-    tracker_address,
     workload_arg,
 )
 from tuner.cli.jobs_view import print_summary, status_line, watch_with_progress
 
 
 def _tracker(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--tracker", type=tracker_address, required=True, metavar="HOST:PORT", help="the daemon")
+    add_tracker_argument(p, "the daemon", required=True)
     add_client_security_arguments(p)
 
 
