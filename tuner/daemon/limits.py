@@ -33,6 +33,7 @@ VALIDATION_THREADS = 2  # submissions whose constraints are checked at once
 FINISHED_JOBS_KEPT = 1000  # finished jobs remembered in memory (the log keeps them all)
 LEASE_GRACE_S = 60.0  # added to every lease's deadline (worker start-up, a slow network)
 OVERDUE_LEASES_TO_QUARANTINE = 3
+MAX_REFUSED_AGENTS_KEPT = 256  # refused registrations remembered for `tuner agents` (the latest ones)
 
 
 class ClientCallsFull(Exception):
