@@ -36,11 +36,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
-
 from measure_agent.arguments import INT32_MAX, device_key_type, host_port_type, int_range
 
 CONFIG_ENV_VAR = "TUNEFLEET_CONFIG"
@@ -150,6 +145,7 @@ def load_config(path: Path, *, must_exist: bool = False) -> ConfigFile:
         return ConfigFile(path, {})
     except OSError as exc:
         raise SettingsError(f"cannot read the config file {path}: {exc.strerror or exc}") from None
+    tomllib = _toml_reader(path)
     try:
         data = tomllib.loads(text.decode("utf-8"))
     except UnicodeDecodeError:
@@ -163,6 +159,21 @@ def load_config(path: Path, *, must_exist: bool = False) -> ConfigFile:
                 raise SettingsError(f"{path}: {program} must be a table ([{program}])")
             _check_table(path, data[program], f"{program}.", {s.name: s for s in SCHEMA[program]}, tables=())
     return ConfigFile(path, data)
+
+
+def _toml_reader(path: Path):
+    """tomllib (Python 3.11+), else tomli: imported only when there is a file, since an agent on
+    Python 3.10 installed with ``--no-deps`` may lack tomli and need no file."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+
+        return tomllib
+    try:  # pragma: no cover - Python 3.10
+        import tomli
+
+        return tomli
+    except ImportError:  # pragma: no cover
+        raise SettingsError(f"{path}: reading a config file on Python 3.10 needs tomli (pip install tomli)") from None
 
 
 def _check_table(path: Path, table: dict, prefix: str, known: dict[str, Setting], tables: tuple[str, ...]) -> None:
