@@ -80,6 +80,9 @@ def run_agent(args: argparse.Namespace) -> int:
 
     from measure_agent.agent import Agent, AgentRefused
 
+    if not args.key:
+        print("measure-agent: error: --tracker needs --key KEY (the device key to join under)", file=sys.stderr)
+        return 2
     from measure_agent.protocol.connection import CredentialsError, TlsFiles, read_tokens
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -156,10 +159,6 @@ def main(argv: list[str] | None = None) -> int:
         if not args.tracker:
             parser.print_usage(sys.stderr)
             print("measure-agent: error: give --tracker HOST:PORT --key KEY, or a command", file=sys.stderr)
-            return 2
-        if not args.key:
-            print("measure-agent: error: --tracker needs --key KEY (the device key to join under; "
-                  "or $TUNEFLEET_AGENT_KEY)", file=sys.stderr)
             return 2
         return run_agent(args)
     try:
