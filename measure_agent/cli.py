@@ -4,7 +4,12 @@
 the host's detected key, which ``tuner best`` and ``tuner.best_kernel`` on the host look up) and
 measures what it is given until SIGTERM (it finishes the batch in flight first). ``info`` describes
 this device as the tuner will record it; ``measure`` builds, checks and times one config here,
-through the same engine.
+through the same engine. The agent's flags may come from the environment or the config file
+(:mod:`measure_agent.settings`).
+
+Exit codes: 0 stopped, 1 failed, 2 bad usage or settings, 78 (``EXIT_REFUSED``, sysexits' EX_CONFIG)
+refused by the daemon (other templates or protocol version, a wrong token or key): restarting the
+same install cannot help, so service managers are told not to restart on it.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ import argparse
 import json
 import sys
 
-from measure_agent import __version__
+from measure_agent import __version__, settings
 from measure_agent.arguments import (
     INT32_MAX,
     device_key_type,
@@ -32,6 +37,7 @@ from measure_agent.workload import WorkloadError, parse_workload
 
 positive_int32 = int_range(1, INT32_MAX)  # the protocol carries these counts as int32
 cache_megabytes = int_range(0, 2**40)  # 0: no cap
+EXIT_REFUSED = 78  # deploy/systemd's RestartPreventExitStatus= names it: keep them equal
 
 
 def cmd_info(args: argparse.Namespace) -> int:
@@ -101,30 +107,41 @@ def run_agent(args: argparse.Namespace) -> int:
         agent.run()
     except AgentRefused as exc:
         print(f"measure-agent: error: {exc}", file=sys.stderr)
-        return 1
+        return EXIT_REFUSED
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="measure-agent", description="tunefleet measurement agent",
-        epilog="Join a fleet: measure-agent --tracker HOST:PORT [--key KEY] [--name NAME] [--parallel N]",
+        epilog="Join a fleet: measure-agent --tracker HOST:PORT [--key KEY] [--name NAME] [--parallel N]\n"
+               "Flags default to TUNEFLEET_* variables, then ~/.config/tunefleet/config.toml (see README).\n"
+               f"Exit codes: 0 stopped, 1 failed, 2 bad usage or settings, {EXIT_REFUSED} refused by the daemon "
+               "(do not restart: install the daemon's version).",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"measure-agent {__version__}")
+    # Each of these defaults to its environment variable, then the config file (measure_agent/settings.py).
     parser.add_argument("--tracker", type=tracker_type, metavar="HOST:PORT[,HOST:PORT...]",
-                        help="the daemon to join; several: a leader and its standbys, followed on failover")
+                        help="the daemon to join; several: a leader and its standbys, followed on failover "
+                             "($TUNEFLEET_TRACKER)")
     parser.add_argument("--key", type=device_key_type,
-                        help="device key to join under, e.g. jetson-orin or rpi4 (default: this host's detected key, "
-                             "as `measure-agent info` prints)")
-    parser.add_argument("--name", help="this agent's name (default: the host name)")
-    parser.add_argument("--parallel", type=positive_int32, default=1, help="candidates built at once (default 1)")
+                        help="device key to join under, e.g. jetson-orin or rpi4 (default: $TUNEFLEET_AGENT_KEY, then this "
+                             "host's detected key, as `measure-agent info` prints)")
+    parser.add_argument("--name", help="this agent's name (default: the host name; $TUNEFLEET_AGENT_NAME)")
+    parser.add_argument("--parallel", type=positive_int32,
+                        help="candidates built at once (default 1; $TUNEFLEET_AGENT_PARALLEL)")
     parser.add_argument("--cache-max-mb", type=cache_megabytes, default=DEFAULT_CACHE_MAX_MB, metavar="MB",
                         help="cap of the kernel cache: least recently used kernels are evicted beyond it "
                              f"(default {DEFAULT_CACHE_MAX_MB}; 0: no cap)")
-    parser.add_argument("--token-file", metavar="FILE", help="agent token, when the daemon requires one")
-    parser.add_argument("--tls-ca", metavar="PEM", help="CA certificate to trust the daemon's TLS certificate")
-    parser.add_argument("--tls-cert", metavar="PEM", help="this agent's client certificate, when required")
-    parser.add_argument("--tls-key", metavar="PEM", help="key of --tls-cert")
+    parser.add_argument("--token-file", metavar="FILE",
+                        help="agent token, when the daemon requires one ($TUNEFLEET_AGENT_TOKEN_FILE)")
+    parser.add_argument("--tls-ca", metavar="PEM",
+                        help="CA certificate to trust the daemon's TLS certificate ($TUNEFLEET_TLS_CA)")
+    parser.add_argument("--tls-cert", metavar="PEM",
+                        help="this agent's client certificate, when required ($TUNEFLEET_TLS_CERT)")
+    parser.add_argument("--tls-key", metavar="PEM", help="key of --tls-cert ($TUNEFLEET_TLS_KEY)")
+    settings.declare(parser, "tracker", "key", "name", "parallel", "token_file", "tls_ca", "tls_cert", "tls_key")
     parser.add_argument("--templates", default="default", choices=("default", "testing"), help=argparse.SUPPRESS)
     sub = parser.add_subparsers(dest="command", required=False, metavar="COMMAND")
     info = sub.add_parser("info", help="describe this device and the installed templates")
@@ -146,6 +163,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
+        try:
+            settings.apply(args, settings.Settings("agent"))
+        except settings.SettingsError as exc:
+            print(f"measure-agent: error: {exc}", file=sys.stderr)
+            return 2
         if not args.tracker:
             parser.print_usage(sys.stderr)
             print("measure-agent: error: give --tracker HOST:PORT [--key KEY], or a command", file=sys.stderr)

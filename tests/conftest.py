@@ -17,3 +17,14 @@ def cli_env(kernel_cache_dir, tmp_path):
     env["XDG_DATA_HOME"] = str(tmp_path / "data")
     env.pop("TUNEFLEET_DB", None)
     return env
+
+
+@pytest.fixture(autouse=True)
+def isolated_settings(monkeypatch, tmp_path_factory):
+    """No test reads the developer's own config file or TUNEFLEET_* connection settings: an empty
+    config directory, and none of the settings' variables (tests that need one set it)."""
+    from measure_agent.settings import CONFIG_ENV_VAR, SCHEMA
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.getbasetemp() / "no-config"))
+    for name in {CONFIG_ENV_VAR} | {s.env for settings in SCHEMA.values() for s in settings} - {"TUNEFLEET_DB"}:
+        monkeypatch.delenv(name, raising=False)

@@ -118,8 +118,32 @@ def test_agent_names_are_checked_at_registration(log, name, message):
                     key="k", name=name, capabilities=caps, protocol_version=PROTOCOL_VERSION, parallel=1), timeout=30)
         assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT and message in caught.value.details()
         assert daemon.scheduler.agents() == []
+        [refused] = daemon.scheduler.refused()  # remembered for `tuner agents`, within the limits
+        assert len(refused.name) <= 150 and "\x00" not in refused.name and refused.key == "k"
+        assert message in refused.reason and not refused.version_mismatch
     finally:
         daemon.stop()
+
+
+def test_refused_registrations_are_remembered_latest_first_within_a_bound_until_they_register():
+    from tuner.daemon.limits import MAX_REFUSED_AGENTS_KEPT
+    from tuner.fleet import RefusedAgent
+
+    now = [0.0]
+    scheduler = Scheduler(clock=lambda: now[0])
+    for i in range(MAX_REFUSED_AGENTS_KEPT + 10):
+        now[0] += 1.0
+        scheduler.refuse(RefusedAgent(name=f"agent-{i}", key="k", peer="ipv4:10.0.0.1", template_version="old",
+                                      expected_template_version="new"))
+    now[0] += 1.0
+    scheduler.refuse(RefusedAgent(name="agent-20", key="k", peer="ipv4:10.0.0.1"))
+    refused = scheduler.refused()
+    assert len(refused) == MAX_REFUSED_AGENTS_KEPT
+    assert (refused[0].name, refused[0].attempts, refused[0].seconds_ago) == ("agent-20", 2, 0.0)
+    assert (refused[1].name, refused[1].seconds_ago) == (f"agent-{MAX_REFUSED_AGENTS_KEPT + 9}", 1.0)
+    assert "agent-0" not in {r.name for r in refused}  # the oldest went first
+    scheduler.register("k", "agent-20", {}, parallel=1)
+    assert "agent-20" not in {r.name for r in scheduler.refused()}
 
 
 # -- 2. every lease has a deadline; an agent that keeps missing them is quarantined ------------------------

@@ -48,6 +48,7 @@ SHELL_OPERATORS = ("&&", "||", "|", ";", "&", ">", ">>", "<", "2>")
 class Command:
     source: str
     argv: tuple[str, ...]
+    env: tuple[tuple[str, str], ...] = ()  # the environment it runs with, where the file sets one (units)
 
     @property
     def program(self) -> str:
@@ -237,7 +238,7 @@ def unit_commands(root: Path = DEPLOY) -> list[Command]:
                 line = systemd_specifiers(value.lstrip("-@:+!"))
                 for label, env in (("defaults", defaults), ("example env files", {**defaults, **examples})):
                     argv = tuple(shlex.split(expand_shell(line, env)))
-                    commands.append(Command(f"{unit.name} {key} ({label})", argv))
+                    commands.append(Command(f"{unit.name} {key} ({label})", argv, tuple(sorted(env.items()))))
     return commands
 
 
@@ -383,8 +384,11 @@ def check_flags(argv: list[str]) -> None:
             assert flag in known, f"{' '.join(argv)}: {flag} is not a {program} flag (abbreviated?)"
 
 
-def check_command(argv: list[str]) -> argparse.Namespace:
-    """Parse ``argv`` (program first) with the real parser; raise AssertionError naming the problem."""
+def check_command(argv: list[str], env: dict[str, str] | None = None) -> argparse.Namespace:
+    """Parse ``argv`` (program first) with the real parser and fill an agent's flags from ``env``
+    (its TUNEFLEET_* settings; no config file), as measure-agent does; raise AssertionError naming the problem."""
+    from measure_agent.settings import Settings, SettingsError, apply
+
     program, args = os.path.basename(argv[0]), list(argv[1:])
     stderr = io.StringIO()
     try:
@@ -394,6 +398,12 @@ def check_command(argv: list[str]) -> argparse.Namespace:
         message = (stderr.getvalue().strip().splitlines() or ["(no message)"])[-1]
         raise AssertionError(f"{' '.join(argv)}: rejected by {program}'s parser: {message}") from None
     check_flags(argv)
+    if program == "measure-agent" and namespace.command is None:
+        no_file = {"XDG_CONFIG_HOME": str(REPO / "no-such-config-dir")}
+        try:
+            apply(namespace, Settings("agent", environ={**(env or {}), **no_file}))
+        except SettingsError as exc:
+            raise AssertionError(f"{' '.join(argv)}: bad settings in its environment: {exc}") from None
     if program == "measure-agent" and namespace.command is None:
         assert namespace.tracker and namespace.key, f"{' '.join(argv)}: an agent needs --tracker and --key"
         assert namespace.parallel >= 1, f"{' '.join(argv)}: --parallel must be >= 1"
@@ -406,7 +416,7 @@ INLINE = readme_inline_commands()
 
 @pytest.mark.parametrize("command", COMMANDS, ids=[c.source for c in COMMANDS])
 def test_command_lines_use_real_subcommands_and_flags(command):
-    check_command(list(command.argv))
+    check_command(list(command.argv), dict(command.env))
 
 
 @pytest.mark.parametrize("command", INLINE, ids=[c.source for c in INLINE])
@@ -419,7 +429,7 @@ def test_every_kind_of_deploy_file_was_checked():
     seen = {(c.source.split()[0], c.program, c.argv[1] if len(c.argv) > 1 else "") for c in COMMANDS}
     expected = {
         ("tunefleet-daemon.service", "tuner", "daemon"),
-        ("tunefleet-agent@.service", "measure-agent", "--tracker"),
+        ("tunefleet-agent@.service", "measure-agent", "--key"),
         ("Dockerfile.daemon", "tuner", "daemon"),
         ("Dockerfile.daemon", "tuner", "agents"),
         ("Dockerfile.agent", "measure-agent", "info"),
@@ -445,10 +455,31 @@ def test_every_kind_of_deploy_file_was_checked():
     (["tuner", "daemon", "--list", "0.0.0.0:9190"], "abbreviated"),
     (["measure-agent", "--tracker", "h:9190"], "needs --tracker and --key"),
     (["measure-agent", "--tracker", "h:9190", "--key", "k", "--parallel", "x"], "rejected"),
+    (["measure-agent", "--key", "k"], "needs --tracker and --key"),
 ])
 def test_the_checker_rejects_bad_command_lines(argv, problem):
     with pytest.raises(AssertionError, match=problem):
         check_command(argv)
+
+
+def test_the_checker_fills_an_agent_from_its_environment():
+    namespace = check_command(["measure-agent", "--key", "k"], {"TUNEFLEET_TRACKER": "h:9190",
+                                                                "TUNEFLEET_AGENT_PARALLEL": "3"})
+    assert (namespace.tracker, namespace.parallel) == ("h:9190", 3)
+    with pytest.raises(AssertionError, match="bad settings.*TUNEFLEET_AGENT_PARALLEL"):
+        check_command(["measure-agent", "--key", "k"], {"TUNEFLEET_TRACKER": "h:9190", "TUNEFLEET_AGENT_PARALLEL": "0"})
+
+
+def test_agent_unit_does_not_restart_an_agent_the_daemon_refused():
+    """An agent refused for its version exits with EXIT_REFUSED; systemd must not restart it (it would be
+    refused again, forever), while other failures are still restarted."""
+    from measure_agent.cli import EXIT_REFUSED
+
+    settings = dict(line.partition("=")[::2] for line in logical_lines(DEPLOY / "systemd" / "tunefleet-agent@.service", "#;")
+                    if "=" in line and not line.startswith("["))
+    assert settings["Restart"] == "on-failure"
+    assert settings["RestartPreventExitStatus"].split() == [str(EXIT_REFUSED)]
+    assert str(EXIT_REFUSED) in (DEPLOY / "README.md").read_text()
 
 
 # -- secure by default -----------------------------------------------------------------------------
@@ -459,7 +490,8 @@ CLIENT_SECURITY = ("token_file", "tls_ca")
 
 def deployed_commands() -> list[Command]:
     """The command lines of the deploy files and the README's shell blocks that run or reach a daemon."""
-    return [c for c in COMMANDS if (c.program, c.argv[1]) == ("tuner", "daemon") or "--tracker" in c.argv]
+    return [c for c in COMMANDS if (c.program, c.argv[1]) == ("tuner", "daemon") or "--tracker" in c.argv
+            or c.program == "measure-agent" and "--key" in c.argv]
 
 
 def test_every_daemon_agent_and_client_uses_tls_and_tokens():
@@ -467,7 +499,7 @@ def test_every_daemon_agent_and_client_uses_tls_and_tokens():
 
     checked = set()
     for command in deployed_commands():
-        namespace = check_command(list(command.argv))
+        namespace = check_command(list(command.argv), dict(command.env))
         if command.program == "tuner" and command.argv[1] == "daemon":
             missing = [flag for flag in DAEMON_SECURITY if not getattr(namespace, flag)]
             assert not missing, f"{command.source}: a daemon without {missing}"

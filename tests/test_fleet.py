@@ -116,16 +116,49 @@ def test_sigterm_finishes_in_flight_work_and_leaves(log, kernel_cache_dir):
         daemon.stop()
 
 
-def test_template_version_mismatch_is_refused_on_both_sides(log, kernel_cache_dir, caplog):
+def test_template_version_mismatch_is_refused_on_both_sides(log, kernel_cache_dir, caplog, capsys):
+    """An agent of other templates exits with EXIT_REFUSED (which the systemd unit does not restart),
+    and ``tuner agents`` shows its versions against the daemon's until it comes back on the daemon's."""
+    from measure_agent.cli import EXIT_REFUSED
+    from measure_agent.templates import default_catalog, testing_catalog
+    from tuner.cli import main as tuner_main
+
     daemon = start_daemon(log)
+    agent = None
     try:
-        agent = start_agent(daemon.address, "eps", "wrong-version", kernel_cache_dir, templates="default")
-        _, err = agent.communicate(timeout=120)
-        assert agent.returncode == 1
-        assert "refused" in err and "templates version" in err
+        for attempt in (1, 2):
+            agent = start_agent(daemon.address, "eps", "wrong-version", kernel_cache_dir, templates="default")
+            _, err = agent.communicate(timeout=120)
+            assert agent.returncode == EXIT_REFUSED
+            assert "refused" in err and "templates version" in err
         assert not agent_names(daemon)
         assert any("refused agent" in r.getMessage() for r in caplog.records)
+        theirs, ours = default_catalog().version, testing_catalog().version
+        assert theirs != ours
+        with FleetClient(daemon.address) as client:
+            [refused] = client.agents().refused
+        assert (refused.name, refused.key, refused.peer) == ("wrong-version", "eps", "ipv4:127.0.0.1")
+        assert (refused.template_version, refused.expected_template_version) == (theirs, ours)
+        assert refused.attempts == 2 and refused.version_mismatch and "templates version" in refused.reason
+
+        capsys.readouterr()
+        assert tuner_main(["agents", "--tracker", daemon.address]) == 0
+        out = capsys.readouterr().out
+        assert "refused registrations" in out
+        assert f"wrong-version        key eps from ipv4:127.0.0.1: agent " in out
+        assert f"templates {theirs} (daemon: {ours})" in out and "2 attempts" in out
+        assert tuner_main(["agents", "--tracker", daemon.address, "--json"]) == 0
+        [shown] = json.loads(capsys.readouterr().out)["refused"]
+        assert (shown["template_version"], shown["expected_template_version"]) == (theirs, ours)
+
+        # Upgraded (here: the daemon's templates), it joins and is no longer listed as refused.
+        agent = start_agent(daemon.address, "eps", "wrong-version", kernel_cache_dir)
+        wait_for(lambda: agent_names(daemon) == {"wrong-version"}, what="the agent back on the daemon's templates")
+        with FleetClient(daemon.address) as client:
+            assert client.agents().refused == ()
     finally:
+        if agent is not None:
+            stop_all([agent])
         daemon.stop()
 
 

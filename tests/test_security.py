@@ -10,6 +10,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from measure_agent.cli import EXIT_REFUSED
 from measure_agent.protocol.connection import TlsFiles
 from measure_agent.protocol.errors import Unauthenticated
 from measure_agent.templates import testing_catalog
@@ -47,11 +48,11 @@ def test_wrong_or_missing_agent_token_is_refused_and_logged(secured, kernel_cach
     daemon, tmp = secured
     wrong = _agent_with_token(daemon.address, "intruder", tmp / "wrong.tok", kernel_cache_dir)
     _, err = wrong.communicate(timeout=120)
-    assert wrong.returncode == 1
+    assert wrong.returncode == EXIT_REFUSED  # restarting it with the same token cannot help
     assert "refused the agent token" in err and "Traceback" not in err
     missing = start_agent(daemon.address, "sec", "tokenless", kernel_cache_dir)
     _, err = missing.communicate(timeout=120)
-    assert missing.returncode == 1 and "refused the agent token" in err
+    assert missing.returncode == EXIT_REFUSED and "refused the agent token" in err
     assert not agent_names(daemon)
     assert daemon.auth.refused >= 2
     assert any("refused /measure_agent.protocol.v1.AgentService/Register" in r.getMessage() for r in caplog.records)

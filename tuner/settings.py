@@ -1,8 +1,10 @@
-"""Settings read from the environment. This is the only module of the tuner that reads them.
+"""Settings read from the environment and the config file. This is the only module of the tuner
+that reads them; the layering (a flag, else the environment, else the config file, else the default)
+and the file's schema are :mod:`measure_agent.settings`, shared with the agent.
 
-Precedence for the tuning log's database: the command-line value, else ``$TUNEFLEET_DB``, else a
-SQLite file under the XDG data directory. A server's password may come from a file
-(``$TUNEFLEET_DB_PASSWORD_FILE``).
+Precedence for the tuning log's database: the command-line value, else ``$TUNEFLEET_DB``, else ``db``
+of the config file's ``[tuner]`` table, else a SQLite file under the XDG data directory. A server's
+password may come from a file (``$TUNEFLEET_DB_PASSWORD_FILE``, or ``db_password_file``).
 """
 
 from __future__ import annotations
@@ -13,13 +15,22 @@ from pathlib import Path
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
+from measure_agent.settings import Resolved, Settings, SettingsError  # noqa: F401 - SettingsError is re-exported
+
 DB_ENV_VAR = "TUNEFLEET_DB"
 TOKEN_FILE_ENV_VAR = "TUNEFLEET_TOKEN_FILE"
 DB_PASSWORD_FILE_ENV_VAR = "TUNEFLEET_DB_PASSWORD_FILE"
 
 
-class SettingsError(ValueError):
-    """A setting that cannot be used as given (one-line message)."""
+def tuner_settings() -> Settings:
+    """The tuner's settings over the current environment and its config file (read when first needed)."""
+    return Settings("tuner")
+
+
+def db_setting(cli_value: str | None, settings: Settings | None = None) -> Resolved:
+    """The tuning log's database as given (flag, ``$TUNEFLEET_DB`` or the file; blank values are
+    not given), with its source; the value is ``None`` for the default SQLite file."""
+    return (settings or tuner_settings()).resolve("db", (cli_value or "").strip() or None)
 
 
 def default_db_path() -> Path:
@@ -54,7 +65,8 @@ def resolve_db_url(cli_value: str | None, *, create_directory: bool = True, pass
     Raises :class:`SettingsError` (one line). Whether a server URL works is for the tuning log to
     find out.
     """
-    explicit = (cli_value or "").strip() or os.environ.get(DB_ENV_VAR, "").strip()
+    settings = tuner_settings()
+    explicit = db_setting(cli_value, settings).value
     value = explicit or str(default_db_path())
     if "://" not in value:
         value = "sqlite:///" + str(Path(value).expanduser().absolute())
@@ -63,7 +75,7 @@ def resolve_db_url(cli_value: str | None, *, create_directory: bool = True, pass
             _require_sqlite_directory(value)
         else:
             _create_sqlite_directory(value)
-    return _with_password_from_file(value, password_file)
+    return _with_password_from_file(value, password_file, settings)
 
 
 def _sqlite_file(url_text: str) -> Path | None:
@@ -99,8 +111,8 @@ def _create_sqlite_directory(url_text: str) -> None:
         ) from None
 
 
-def _with_password_from_file(url_text: str, password_file: str | None) -> str:
-    source = (password_file or "").strip() or os.environ.get(DB_PASSWORD_FILE_ENV_VAR, "").strip()
+def _with_password_from_file(url_text: str, password_file: str | None, settings: Settings) -> str:
+    source = (password_file or "").strip() or settings.resolve("db_password_file").value
     if not source:
         return url_text
     try:
@@ -112,7 +124,7 @@ def _with_password_from_file(url_text: str, password_file: str | None) -> str:
         if password_file:
             why = "it has a password already" if is_server else "it is not a database server URL"
             raise SettingsError(f"--db-password-file does not apply to the tuning log's URL: {why}")
-        return url_text  # a file from the environment is for server URLs that lack a password
+        return url_text  # a file from the environment or config file is for server URLs that lack a password
     try:
         # Like the postgres image's *_FILE variables: the whole file, without its line end.
         password = Path(source).read_text().rstrip("\r\n")
@@ -126,5 +138,6 @@ def _with_password_from_file(url_text: str, password_file: str | None) -> str:
 
 
 def resolve_token_file(cli_value: str | None) -> str | None:
-    """The client token file: ``--token-file``, else ``$TUNEFLEET_TOKEN_FILE``, else none."""
-    return (cli_value or "").strip() or os.environ.get(TOKEN_FILE_ENV_VAR, "").strip() or None
+    """The client token file: ``--token-file``, else ``$TUNEFLEET_TOKEN_FILE``, else ``[tuner]
+    token_file`` of the config file, else none."""
+    return tuner_settings().resolve("token_file", (cli_value or "").strip() or None).value

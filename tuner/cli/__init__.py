@@ -5,8 +5,23 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tuner.cli import best, daemon, db, fleet, history, kernel, logfile, model, report, space, strategies, tune, verify
-from tuner.cli.common import CliError
+from tuner.cli import (
+    best,
+    config,
+    daemon,
+    db,
+    fleet,
+    history,
+    kernel,
+    logfile,
+    model,
+    report,
+    space,
+    strategies,
+    tune,
+    verify,
+)
+from tuner.cli.common import CliError, apply_settings
 
 EPILOG = """\
 workloads:
@@ -22,9 +37,12 @@ workloads:
   anything ambiguous is refused with the canonical syntax.
 
 The tuning log is SQLite at ~/.local/share/tunefleet/tuning.db unless --db or TUNEFLEET_DB says otherwise.
+--tracker, --tls-ca, --token-file and --db default to TUNEFLEET_* variables, then to
+~/.config/tunefleet/config.toml; 'tuner config' shows what is in effect and where each value came from.
 """
 
-COMMAND_MODULES = (tune, best, kernel, space, logfile, daemon, fleet, db, history, strategies, report, model, verify)
+COMMAND_MODULES = (tune, best, kernel, space, logfile, daemon, fleet, db, history, strategies, report, model, verify,
+                   config)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -46,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        apply_settings(args)
         return args.func(args)
     except CliError as exc:
         print(f"tuner: error: {exc}", file=sys.stderr)

@@ -17,6 +17,7 @@ from measure_agent.arguments import (  # noqa: F401 - the float types are for th
     positive_float,
     tracker_type,
 )
+from measure_agent import settings
 from measure_agent.workload import Workload, WorkloadError, parse_workload
 
 if TYPE_CHECKING:
@@ -81,7 +82,8 @@ def local_device_key() -> str:
 
 
 def add_db_arguments(parser: argparse.ArgumentParser, device: bool = True) -> None:
-    parser.add_argument("--db", help="database URL or SQLite file (default: $TUNEFLEET_DB or the per-user SQLite log)")
+    parser.add_argument("--db", help="database URL or SQLite file (default: $TUNEFLEET_DB, the config file, or the "
+                                     "per-user SQLite log)")
     if device:
         parser.add_argument("--device-key", help="device key (default: this host's key)")
 
@@ -94,13 +96,51 @@ tracker_address = tracker_type  # a daemon, or a leader and its standbys
 listen_address = host_port_type(lowest_port=0)  # port 0: any free port
 
 
+LOCAL_UNLESS_RPC_KEY = "tracker_only_with_rpc_key"
+
+
+def add_tracker_argument(parser: argparse.ArgumentParser, help: str, *, required: bool = False,
+                         local_unless_rpc_key: bool = False) -> None:
+    """``--tracker``, defaulting to ``$TUNEFLEET_TRACKER`` and then the config file (``tuner config``).
+
+    ``local_unless_rpc_key``: commands that measure on this host without a daemon (``tune``,
+    ``tune-model``, ``verify``) use a configured tracker only with ``--rpc-key``; a ``--tracker``
+    flag is always used.
+    """
+    parser.add_argument("--tracker", type=tracker_address, metavar="HOST:PORT",
+                        help=f"{help} (default: $TUNEFLEET_TRACKER, then the config file)")
+    settings.declare(parser, "tracker", required=("tracker",) if required else ())
+    if local_unless_rpc_key:
+        parser.set_defaults(**{LOCAL_UNLESS_RPC_KEY: True})
+
+
 def add_client_security_arguments(parser: argparse.ArgumentParser) -> None:
-    """How a client reaches a secured daemon."""
+    """How a client reaches a secured daemon; each defaults to its environment variable, then the config file."""
     parser.add_argument("--token-file", metavar="FILE",
                         help="client token (default: $TUNEFLEET_TOKEN_FILE); needed when the daemon requires one")
-    parser.add_argument("--tls-ca", metavar="PEM", help="CA certificate to trust the daemon's TLS certificate")
-    parser.add_argument("--tls-cert", metavar="PEM", help="client certificate, when the daemon requires one")
-    parser.add_argument("--tls-key", metavar="PEM", help="key of the client certificate")
+    parser.add_argument("--tls-ca", metavar="PEM",
+                        help="CA certificate to trust the daemon's TLS certificate (default: $TUNEFLEET_TLS_CA)")
+    parser.add_argument("--tls-cert", metavar="PEM",
+                        help="client certificate, when the daemon requires one (default: $TUNEFLEET_TLS_CERT)")
+    parser.add_argument("--tls-key", metavar="PEM", help="key of the client certificate (default: $TUNEFLEET_TLS_KEY)")
+    settings.declare(parser, "token_file", "tls_ca", "tls_cert", "tls_key")
+
+
+def apply_settings(args: argparse.Namespace) -> None:
+    """Fill the connection flags a command declared (:func:`add_tracker_argument`,
+    :func:`add_client_security_arguments`) that were not given, from the environment and the config
+    file: the one place the tuner's commands get these defaults. Bad settings are a usage error."""
+    if not getattr(args, "settings_declared", ()):
+        return  # commands without connection flags do not read the config file
+    from tuner.settings import tuner_settings
+
+    try:
+        settings.apply(args, tuner_settings())
+    except settings.SettingsError as exc:
+        raise CliError(str(exc)) from None
+    if getattr(args, LOCAL_UNLESS_RPC_KEY, False) and not args.rpc_key \
+            and not settings.source_of(args, "tracker").startswith("flag"):
+        args.tracker = None  # a configured daemon is for runs with --rpc-key; without it, this host measures
 
 
 def _credentials(args: argparse.Namespace):

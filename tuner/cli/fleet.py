@@ -11,16 +11,16 @@ from tuner.cli.common import (
     EXIT_FAILURE,
     CliError,
     add_client_security_arguments,
+    add_tracker_argument,
     fleet_client,
     positive_int,
-    tracker_address,
     workload_arg,
 )
 from tuner.cli.jobs_view import print_summary, status_line, watch_with_progress
 
 
 def _tracker(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--tracker", type=tracker_address, required=True, metavar="HOST:PORT", help="the daemon")
+    add_tracker_argument(p, "the daemon", required=True)
     add_client_security_arguments(p)
 
 
@@ -110,6 +110,7 @@ def run_agents(args: argparse.Namespace) -> int:
         fleet = _fleet_call(client.agents)
     if args.json:
         data = {"keys": [k.to_json() for k in fleet.keys], "agents": [a.to_json() for a in fleet.agents],
+                "refused": [r.to_json() for r in fleet.refused],
                 "leader": fleet.leader, "leader_epoch": fleet.leader_epoch}
         print(json.dumps(data, sort_keys=True))
         return 0
@@ -125,7 +126,25 @@ def run_agents(args: argparse.Namespace) -> int:
             print(f"    {a.name:<20} {device.arch} {device.cpu_model} {device.cores} cores "
                   f"[{' '.join(device.isa_features)}] numba {device.numba_version} "
                   f"{_agent_state(a)}  heartbeat {a.seconds_since_heartbeat:.1f}s ago")
+    if fleet.refused:
+        print("refused registrations (a refused agent exits and is not restarted: install the daemon's version, "
+              "then start it again):")
+    for r in fleet.refused:
+        print(f"    {r.name or '(no name)':<20} key {r.key or '(none)'} from {r.peer}: {_refused_versions(r)}; "
+              f"{r.attempts} attempt{'s' if r.attempts != 1 else ''}, last {r.seconds_ago:.0f}s ago"
+              + ("" if r.version_mismatch else f": {r.reason}"))
     return 0
+
+
+def _refused_versions(r) -> str:
+    """The agent's versions against the daemon's, the ones that differ marked."""
+    templates = f"templates {r.template_version or '(none)'}"
+    if r.template_version != r.expected_template_version:
+        templates += f" (daemon: {r.expected_template_version})"
+    protocol = f"protocol {r.protocol_version}"
+    if r.protocol_version != r.expected_protocol_version:
+        protocol += f" (daemon: {r.expected_protocol_version})"
+    return f"agent {r.agent_version or '(unknown)'}, {templates}, {protocol}"
 
 
 def _agent_state(agent) -> str:

@@ -14,13 +14,13 @@ from tuner.cli.common import (
     CliError,
     add_client_security_arguments,
     add_db_arguments,
+    add_tracker_argument,
     int32,
     non_negative_float,
     non_negative_int,
     opened_fleet,
     positive_float,
     positive_int32,
-    tracker_address,
     workload_arg,
 )
 from tuner.cli.jobs_view import print_summary, watch_with_progress
@@ -72,8 +72,8 @@ def add_job_arguments(p: argparse.ArgumentParser) -> None:
 def add_local_fleet_arguments(p: argparse.ArgumentParser) -> None:
     """Where a command measures: a fleet (``--tracker``, ``--rpc-key``) or this host (``--parallel``)."""
     p.add_argument("--parallel", type=positive_int32, default=1, help="build workers of the local agent (default 1)")
-    p.add_argument("--tracker", type=tracker_address, metavar="HOST:PORT",
-                   help="the daemon; without it, measure on this host")
+    add_tracker_argument(p, "the daemon; without it, measure on this host (a configured one is used with "
+                            "--rpc-key)", local_unless_rpc_key=True)
     p.add_argument("--rpc-key", metavar="KEY", type=device_key_type,
                    help="device key of the fleet agents to use (with --tracker)")
     add_client_security_arguments(p)

@@ -23,11 +23,11 @@ from tuner.cli.common import (
     WORKLOAD_HELP,
     CliError,
     add_client_security_arguments,
+    add_tracker_argument,
     non_negative_int,
     opened_fleet,
     positive_float,
     positive_int,
-    tracker_address,
     workload_arg,
 )
 from tuner.measure.verify import FleetVerifyMeasurer, VerifyRow, choose_configs, verify_configs, verify_timing
@@ -47,8 +47,8 @@ def register(subparsers) -> None:
     p.add_argument("--timeout", type=positive_float, default=60.0, help="run timeout per config, seconds (default 60)")
     p.add_argument("--build-timeout", type=positive_float, default=300.0,
                    help="build timeout per config, seconds (default 300)")
-    p.add_argument("--tracker", type=tracker_address, metavar="HOST:PORT",
-                   help="verify on fleet agents instead of this host")
+    add_tracker_argument(p, "verify on fleet agents instead of this host (a configured one is used with "
+                            "--rpc-key)", local_unless_rpc_key=True)
     p.add_argument("--rpc-key", metavar="KEY", type=device_key_type,
                    help="device key of the fleet agents (with --tracker)")
     add_client_security_arguments(p)

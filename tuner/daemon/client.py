@@ -29,7 +29,7 @@ from measure_agent.protocol.convert import (
 from measure_agent.protocol.errors import InvalidRequest, Unavailable, from_rpc_error
 from measure_agent.protocol.v1 import fleet_pb2 as pb
 from measure_agent.protocol.v1 import fleet_pb2_grpc as pb_grpc
-from tuner.fleet.agents import AgentInfo, FleetView, KeyInfo
+from tuner.fleet.agents import AgentInfo, FleetView, KeyInfo, RefusedAgent
 from tuner.fleet.jobs import JobSpec, JobStatus
 
 
@@ -270,6 +270,7 @@ def fleet_to_proto(fleet: FleetView) -> pb.AgentList:
                              quarantined=a.quarantined)
                 for a in fleet.agents],
         keys=[pb.KeyInfo(**dataclasses.asdict(k)) for k in fleet.keys],
+        refused=[pb.RefusedAgent(**dataclasses.asdict(r)) for r in fleet.refused],
         leader=fleet.leader, leader_epoch=fleet.leader_epoch,
     )
 
@@ -284,5 +285,6 @@ def fleet_from_proto(message: pb.AgentList) -> FleetView:
                                quarantined=a.quarantined)
                      for a in message.agents),
         keys=tuple(KeyInfo(**_fields_from_proto(k, KeyInfo)) for k in message.keys),
+        refused=tuple(RefusedAgent(**_fields_from_proto(r, RefusedAgent)) for r in message.refused),
         leader=message.leader, leader_epoch=message.leader_epoch,
     )

@@ -34,6 +34,7 @@ FINISHED_JOBS_KEPT = 1000  # finished jobs remembered in memory (the log keeps t
 LEASE_GRACE_S = 60.0  # added to every lease's deadline (worker start-up, a slow network)
 OVERDUE_LEASES_TO_QUARANTINE = 3
 MAX_DEVICE_KINDS_PER_KEY = 64  # kinds of device remembered per key, to refuse jobs none can serve
+MAX_REFUSED_AGENTS_KEPT = 256  # refused registrations remembered for `tuner agents` (the latest ones)
 
 
 class ClientCallsFull(Exception):

@@ -22,12 +22,18 @@ import logging
 import threading
 import time
 import uuid
-from collections import Counter, deque
-from dataclasses import dataclass, field
+from collections import Counter, OrderedDict, deque
+from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
 from measure_agent.engine import MeasureInput, MeasureResult, TimingConfig
-from tuner.daemon.limits import LEASE_GRACE_S, MAX_DEVICE_KINDS_PER_KEY, OVERDUE_LEASES_TO_QUARANTINE
+from tuner.daemon.limits import (
+    LEASE_GRACE_S,
+    MAX_DEVICE_KINDS_PER_KEY,
+    MAX_REFUSED_AGENTS_KEPT,
+    OVERDUE_LEASES_TO_QUARANTINE,
+)
+from tuner.fleet.agents import RefusedAgent
 
 logger = logging.getLogger("tunefleet.daemon")
 
@@ -121,6 +127,8 @@ class Scheduler:
         self._recent_results: deque[float] = deque(maxlen=100_000)
         self._deadlines: list[tuple[float, str]] = []  # heap of (deadline, lease id)
         self._next_dead_scan = 0.0
+        # (name, key, host) -> (the refusal, when last refused); oldest first, bounded
+        self._refused: OrderedDict[tuple[str, str, str], tuple[RefusedAgent, float]] = OrderedDict()
 
     # -- agents -----------------------------------------------------------------------------
     def register(self, key: str, name: str, device_info: dict, parallel: int = 1, peer: str = "",
@@ -134,8 +142,27 @@ class Scheduler:
             self._agents[agent.agent_id] = agent
             self._key_last_seen[key] = now
             self._remember_device(key, device_info)
+            for refused in [k for k in self._refused if k[:2] == (name, key)]:
+                del self._refused[refused]  # it came back on the daemon's version
             self._notify()
             return agent
+
+    def refuse(self, refusal: RefusedAgent) -> None:
+        """Remember a refused registration (the latest per name, key and host, the most recent
+        :data:`~tuner.daemon.limits.MAX_REFUSED_AGENTS_KEPT`), until that name and key register."""
+        with self._lock:
+            slot = (refusal.name, refusal.key, refusal.peer)
+            earlier = self._refused.pop(slot, None)
+            attempts = earlier[0].attempts + 1 if earlier else 1
+            self._refused[slot] = (replace(refusal, attempts=attempts), self._clock())
+            while len(self._refused) > MAX_REFUSED_AGENTS_KEPT:
+                self._refused.popitem(last=False)
+
+    def refused(self) -> list[RefusedAgent]:
+        """The remembered refused registrations, most recent first, ``seconds_ago`` as of now."""
+        with self._lock:
+            now = self._clock()
+            return [replace(refusal, seconds_ago=now - at) for refusal, at in reversed(self._refused.values())]
 
     def heartbeat(self, agent_id: str) -> bool:
         with self._lock:

@@ -50,7 +50,7 @@ from tuner.daemon.limits import (
     MAX_WATCH_S,
 )
 from tuner.daemon.scheduler import Scheduler
-from tuner.fleet.agents import AgentInfo, FleetView, KeyInfo
+from tuner.fleet.agents import AgentInfo, FleetView, KeyInfo, RefusedAgent
 from tuner.log.records import storable_text
 from tuner.steering import SteeringError, parse_target
 
@@ -87,6 +87,7 @@ class AgentService(pb_grpc.AgentServiceServicer):
         except FleetError as exc:
             logger.warning("refused agent %s (key %s) from %s: %s", shown(request.name), shown(request.key),
                            context.peer(), exc)
+            self.scheduler.refuse(_refusal(request, context.peer(), self.catalog.version, exc))
             abort(context, exc)
         agent = self.scheduler.register(
             request.key, request.name or context.peer(), capabilities_to_json(request.capabilities),
@@ -205,6 +206,7 @@ class ClientService(pb_grpc.ClientServiceServicer):
                                    overdue_leases=a.overdue_leases, quarantined=a.quarantined)
                          for a in agents),
             keys=tuple(key_infos),
+            refused=tuple(self.scheduler.refused()),
             leader=self.gate.leader_address, leader_epoch=self.gate.epoch,
         )
         return fleet_to_proto(fleet)
@@ -250,6 +252,23 @@ def _measure_configs(service: "ClientService", request: pb.MeasureRequest, conte
         measurements=[result_to_proto("", r) for r in batch.results],
         measured_by=[r.measured_by for r in batch.results],
     )
+
+
+def _refusal(request: pb.RegisterRequest, peer: str, expected_template_version: str, why: FleetError) -> RefusedAgent:
+    """What ``tuner agents`` shows of a refused registration: what the agent sent, cut to the
+    daemon's limits (it was refused, so any of it may be too long or not text)."""
+    caps = request.capabilities
+
+    def text(value: str, most: int = MAX_CAPABILITY_TEXT_CHARS) -> str:
+        return storable_text(value, most) if value.isprintable() else shown(value, most)
+
+    host = peer.rsplit(":", 1)[0] if peer.count(":") >= 2 else peer  # "ipv4:10.0.0.5:53212": not the port
+    return RefusedAgent(name=text(request.name, MAX_AGENT_NAME_CHARS), key=text(request.key, MAX_AGENT_NAME_CHARS),
+                        peer=text(host), agent_version=text(caps.agent_version),
+                        template_version=text(caps.template_version),
+                        expected_template_version=expected_template_version,
+                        protocol_version=request.protocol_version, expected_protocol_version=PROTOCOL_VERSION,
+                        reason=text(str(why)))
 
 
 def _check_agent_name(name: str) -> None:

@@ -56,9 +56,41 @@ class KeyInfo:
 
 
 @dataclass(frozen=True)
+class RefusedAgent:
+    """A registration the daemon refused, the latest per agent name, key and host: an agent an upgrade
+    left on another version, a bad key or name. Shown until an agent of that name and key registers
+    (the daemon keeps the most recent ones only)."""
+
+    name: str
+    key: str
+    peer: str  # the host it called from
+    agent_version: str = ""
+    template_version: str = ""
+    expected_template_version: str = ""  # the daemon's
+    protocol_version: int = 0
+    expected_protocol_version: int = 0
+    reason: str = ""
+    seconds_ago: float = 0.0  # since its last refused attempt
+    attempts: int = 1
+
+    @property
+    def version_mismatch(self) -> bool:
+        return (self.template_version != self.expected_template_version
+                or self.protocol_version != self.expected_protocol_version)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "key": self.key, "peer": self.peer, "agent_version": self.agent_version,
+                "template_version": self.template_version,
+                "expected_template_version": self.expected_template_version,
+                "protocol_version": self.protocol_version, "expected_protocol_version": self.expected_protocol_version,
+                "reason": self.reason, "seconds_ago": round(self.seconds_ago, 3), "attempts": self.attempts}
+
+
+@dataclass(frozen=True)
 class FleetView:
     agents: tuple[AgentInfo, ...] = ()
     keys: tuple[KeyInfo, ...] = ()
+    refused: tuple[RefusedAgent, ...] = ()
     leader: str = ""  # the leading daemon's address ("" for a single daemon)
     leader_epoch: int = 0  # its lease's epoch (0 for a single daemon)
 

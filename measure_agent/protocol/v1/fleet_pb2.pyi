@@ -329,14 +329,42 @@ class MeasureReply(_message.Message):
     measured_by: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, measurements: _Optional[_Iterable[_Union[Measurement, _Mapping]]] = ..., measured_by: _Optional[_Iterable[str]] = ...) -> None: ...
 
+class RefusedAgent(_message.Message):
+    __slots__ = ("name", "key", "peer", "agent_version", "template_version", "expected_template_version", "protocol_version", "expected_protocol_version", "reason", "seconds_ago", "attempts")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    PEER_FIELD_NUMBER: _ClassVar[int]
+    AGENT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    TEMPLATE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_TEMPLATE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    SECONDS_AGO_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    key: str
+    peer: str
+    agent_version: str
+    template_version: str
+    expected_template_version: str
+    protocol_version: int
+    expected_protocol_version: int
+    reason: str
+    seconds_ago: float
+    attempts: int
+    def __init__(self, name: _Optional[str] = ..., key: _Optional[str] = ..., peer: _Optional[str] = ..., agent_version: _Optional[str] = ..., template_version: _Optional[str] = ..., expected_template_version: _Optional[str] = ..., protocol_version: _Optional[int] = ..., expected_protocol_version: _Optional[int] = ..., reason: _Optional[str] = ..., seconds_ago: _Optional[float] = ..., attempts: _Optional[int] = ...) -> None: ...
+
 class AgentList(_message.Message):
-    __slots__ = ("agents", "keys", "leader", "leader_epoch")
+    __slots__ = ("agents", "keys", "refused", "leader", "leader_epoch")
     AGENTS_FIELD_NUMBER: _ClassVar[int]
     KEYS_FIELD_NUMBER: _ClassVar[int]
+    REFUSED_FIELD_NUMBER: _ClassVar[int]
     LEADER_FIELD_NUMBER: _ClassVar[int]
     LEADER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     agents: _containers.RepeatedCompositeFieldContainer[AgentInfo]
     keys: _containers.RepeatedCompositeFieldContainer[KeyInfo]
+    refused: _containers.RepeatedCompositeFieldContainer[RefusedAgent]
     leader: str
     leader_epoch: int
-    def __init__(self, agents: _Optional[_Iterable[_Union[AgentInfo, _Mapping]]] = ..., keys: _Optional[_Iterable[_Union[KeyInfo, _Mapping]]] = ..., leader: _Optional[str] = ..., leader_epoch: _Optional[int] = ...) -> None: ...
+    def __init__(self, agents: _Optional[_Iterable[_Union[AgentInfo, _Mapping]]] = ..., keys: _Optional[_Iterable[_Union[KeyInfo, _Mapping]]] = ..., refused: _Optional[_Iterable[_Union[RefusedAgent, _Mapping]]] = ..., leader: _Optional[str] = ..., leader_epoch: _Optional[int] = ...) -> None: ...
