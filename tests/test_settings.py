@@ -96,7 +96,7 @@ def test_a_bad_config_file_or_variable_stops_both_command_lines_with_exit_code_2
     config("")
     monkeypatch.setenv("TUNEFLEET_TRACKER", "no-port")
     assert tuner_main(["jobs"]) == 2
-    assert capsys.readouterr().err == "tuner: error: TUNEFLEET_TRACKER: expected HOST:PORT with PORT 1-65535, " \
+    assert capsys.readouterr().err == "tuner: error: TUNEFLEET_TRACKER: expected HOST:PORT[,HOST:PORT...] with PORT 1-65535, " \
                                       "not 'no-port'\n"
     monkeypatch.delenv("TUNEFLEET_TRACKER")
     assert tuner_main(["jobs"]) == 2
