@@ -123,3 +123,14 @@ def test_a_cache_without_entries_stays_one_kernel_tuner_reads_and_names_are_chec
         tune_function(PARAMS, vector_add, RESTRICTIONS, cache=path, device_name=DEVICE, kernel_name="saxpy")
     with pytest.raises(CacheFileError, match="device_name must be a non-empty string"):
         tune_function(PARAMS, vector_add, RESTRICTIONS, cache=tmp_path / "other.json", device_name=" ")
+
+
+def test_a_cache_written_before_the_names_were_recorded_resumes_and_gains_them(tmp_path):
+    path = tmp_path / "old.json"
+    tune_function(PARAMS, vector_add, RESTRICTIONS, budget=3, cache=path)
+    data = json.loads(path.read_text())
+    del data["device_name"], data["kernel_name"]
+    path.write_text(json.dumps(data))
+    result = tune_function(PARAMS, vector_add, RESTRICTIONS, budget=5, cache=path, device_name=DEVICE)
+    assert result.from_cache == 3 and result.evaluated == 5
+    assert len(kernel_tuner_resume(path)) == 5  # now named: vector_add on the A100

@@ -143,8 +143,8 @@ class CacheFile:
         # Kernel Tuner's header, in its order (it ignores the restrictions); what else the file's
         # header holds (Kernel Tuner's problem_size, its objective) is kept.
         header = {"device_name": device_name, "kernel_name": kernel_name}
-        header.update((k, v) for k, v in data.items() if k not in ("cache", "tune_params_keys", "tune_params",
-                                                                      "restrictions", "objective"))
+        header.update((k, v) for k, v in data.items() if k not in header and k not in (
+            "cache", "tune_params_keys", "tune_params", "restrictions", "objective"))
         header |= {"tune_params_keys": keys, "tune_params": {k: list(v) for k, v in tune_params.items()}}
         if restrictions:
             header["restrictions"] = list(restrictions)
