@@ -216,9 +216,10 @@ def tune_function(
         search.observe_prior(prior)
     cache_file = None
     if cache is not None:
+        objective_name = getattr(objective, "__name__", None) or type(objective).__name__
         cache_file = CacheFile.open(cache, space.tune_params, space.expressions or (),  # CacheFileError
                                     device_name=device_name, kernel_name=kernel_name,
-                                    default_kernel_name=getattr(objective, "__name__", None) or type(objective).__name__)
+                                    default_kernel_name=objective_name)
     started = time.perf_counter()
     result = TuneResult(best=None, best_value=None)
     since_improvement = 0
