@@ -266,6 +266,13 @@ def _detect_gpu_once() -> tuple[tuple[str, str], ...]:
         return ()
 
 
+@functools.lru_cache(maxsize=1)
+def host_cpu_model() -> str:
+    """This host's CPU model name, as :func:`detect_device` records it, without the rest of it."""
+    model, _ = parse_cpuinfo(_read("/proc/cpuinfo"))
+    return model or platform.processor() or "unknown"
+
+
 def detect_device(
     cpuinfo_path: str = "/proc/cpuinfo",
     board_path: str = "/proc/device-tree/model",

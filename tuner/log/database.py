@@ -49,7 +49,12 @@ def create_log_engine(url: str) -> Engine:
         elif parsed.get_backend_name() == "postgresql" and "connect_timeout" not in parsed.query:
             kwargs["connect_args"] = {"connect_timeout": PG_CONNECT_TIMEOUT_S}
         engine = create_engine(parsed, **kwargs)
-    except (SQLAlchemyError, ImportError, ValueError, TypeError) as exc:
+    except ImportError as exc:
+        if (getattr(exc, "name", None) or "").split(".")[0] == "psycopg":  # not installed on an agent-only host
+            raise TuningLogError(f"{display}: PostgreSQL needs the postgres extra: "
+                                 "pip install 'tunefleet[postgres]'") from None
+        raise TuningLogError(f"invalid database URL {display}: {one_line(exc)}") from None
+    except (SQLAlchemyError, ValueError, TypeError) as exc:
         raise TuningLogError(f"invalid database URL {display}: {one_line(exc)}") from None
     if engine.dialect.is_async:
         engine.dispose()

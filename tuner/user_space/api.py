@@ -168,6 +168,8 @@ def tune_function(
     prior: Sequence[PriorObservation] | None = None,
     on_result: Callable[[dict[str, Any], float | None], None] | None = None,
     cache: str | os.PathLike | None = None,
+    device_name: str | None = None,
+    kernel_name: str | None = None,
     catch: type[Exception] | tuple[type[Exception], ...] = (),
 ) -> TuneResult:
     """Minimise ``objective`` over the space: at most ``budget`` distinct configs, and no new batch
@@ -183,6 +185,9 @@ def tune_function(
     ``cache`` names a Kernel Tuner-format cache file: each evaluation is appended to it at once,
     and a run given a file that already holds evaluations of this space starts from them instead
     of calling ``objective`` again (they count toward ``budget``), so an interrupted run resumes.
+    The file records ``device_name`` (default: this host's CPU model; name the GPU when the
+    objective times one) and ``kernel_name`` (default: the name in the file, else the objective's
+    ``__name__``), so Kernel Tuner resumes from it too; a file of another device or kernel is refused.
     """
     for name, value, optional in (("budget", budget, False), ("batch_size", batch_size, False),
                                   ("early_stopping", early_stopping, True)):
@@ -211,7 +216,10 @@ def tune_function(
         search.observe_prior(prior)
     cache_file = None
     if cache is not None:
-        cache_file = CacheFile.open(cache, space.tune_params, space.expressions or ())  # CacheFileError
+        objective_name = getattr(objective, "__name__", None) or type(objective).__name__
+        cache_file = CacheFile.open(cache, space.tune_params, space.expressions or (),  # CacheFileError
+                                    device_name=device_name, kernel_name=kernel_name,
+                                    default_kernel_name=objective_name)
     started = time.perf_counter()
     result = TuneResult(best=None, best_value=None)
     since_improvement = 0

@@ -1,12 +1,13 @@
 """Kernel Tuner-format cache files for :func:`tuner.user_space.tune_function`: every evaluation is
 appended as it happens, so an interrupted run resumes where it stopped.
 
-The file is the format Kernel Tuner writes (and :mod:`tuner.replay` reads): a JSON object with
-``tune_params_keys``, ``tune_params``, optional ``restrictions`` and ``cache``, where each entry is
-``"v1,v2,...": {param: value, ..., "time": cost}`` and a failed config has the time
-``"RuntimeFailedConfig"``. Like Kernel Tuner, entries are appended one line each and the closing
-braces are written at the end, so a file cut short by a crash is still read (see
-:func:`read_cache_json`).
+The file is the format Kernel Tuner writes and reads (and :mod:`tuner.replay` reads): a JSON
+object with ``device_name``, ``kernel_name``, ``tune_params_keys``, ``tune_params``, optional
+``restrictions``, ``objective`` and ``cache``, where each entry is ``"v1,v2,...": {param: value,
+..., "time": cost}`` and a failed config has the time ``"RuntimeFailedConfig"``. Kernel Tuner resumes
+from a cache only when its ``device_name``, ``kernel_name`` and ``tune_params_keys`` match the run.
+Like Kernel Tuner, entries are appended one line each and the closing braces are written at the
+end, so a file cut short by a crash is still read (see :func:`read_cache_json`).
 """
 
 from __future__ import annotations
@@ -20,8 +21,10 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from measure_agent.bounded_json import JSONBoundsError, loads_bounded
+from measure_agent.device import host_cpu_model
 
 FAILED_TIME = "RuntimeFailedConfig"
+DEFAULT_KERNEL_NAME = "objective"
 # Real Kernel Tuner caches are up to tens of megabytes (12 MB for CLBlast's GEMM space); a longer
 # text (a gzip file may unpack to anything) is refused before it is decoded.
 MAX_CACHE_FILE_CHARS = 256 * 2**20
@@ -98,10 +101,13 @@ def _plain_json(value: Any) -> bool:
 class CacheFile:
     """Appends evaluations of one tuning space to a Kernel Tuner-format cache file.
 
-    ``CacheFile.open(path, tune_params, restrictions)`` reads the evaluations already in the file
-    (``previous``: ``{values tuple: cost or None}``) after checking that it was written for the
-    same ``tune_params``, then ``record`` appends one evaluation (flushed and synced to disk at
-    once) and ``close`` writes the closing braces. A file that does not exist yet is created.
+    ``CacheFile.open(path, tune_params, restrictions, device_name=, kernel_name=)`` reads the
+    evaluations already in the file (``previous``: ``{values tuple: cost or None}``) after checking
+    that it was written for the same ``tune_params`` (and, where the file names them, the same
+    device and kernel, as Kernel Tuner checks), then ``record`` appends one evaluation (flushed and
+    synced to disk at once) and ``close`` writes the closing braces. A file that does not exist yet
+    is created. ``device_name`` defaults to this host's CPU model; ``kernel_name`` to the one the
+    file names, else ``default_kernel_name``.
     """
 
     def __init__(self, path: Path, keys: list[str], previous: dict[tuple, float | None], fh) -> None:
@@ -112,8 +118,13 @@ class CacheFile:
 
     @classmethod
     def open(cls, path: str | os.PathLike, tune_params: Mapping[str, Sequence[Any]],
-             restrictions: Sequence[str] = ()) -> CacheFile:
+             restrictions: Sequence[str] = (), *, device_name: str | None = None,
+             kernel_name: str | None = None, default_kernel_name: str = DEFAULT_KERNEL_NAME) -> CacheFile:
         path = Path(path)
+        device_name = host_cpu_model() if device_name is None else device_name
+        for name, value in (("device_name", device_name), ("kernel_name", kernel_name)):
+            if not (value is None or isinstance(value, str) and value.strip()):
+                raise CacheFileError(f"{name} must be a non-empty string, not {value!r}")
         keys = list(tune_params)
         for name, values in tune_params.items():
             odd = next((v for v in values if not _plain_json(v)), None)
@@ -121,15 +132,26 @@ class CacheFile:
                 raise CacheFileError(f"a cache file holds numbers, strings, booleans and None; tune_params[{name!r}] "
                                      f"has {odd!r} ({type(odd).__name__})")
         previous: dict[tuple, float | None] = {}
+        data: dict = {}
         if path.exists() and not (path.is_file() and path.stat().st_size == 0):  # an empty file is a new cache
             data = read_cache_json(path)
+            if kernel_name is None and isinstance(data.get("kernel_name"), str):
+                kernel_name = data["kernel_name"]  # a rerun that does not name the kernel goes on with it
+            _check_names(path, data, device_name=device_name, kernel_name=kernel_name)
             previous = _entries(path, data, {k: list(v) for k, v in tune_params.items()})
-        header = {"tune_params_keys": keys, "tune_params": {k: list(v) for k, v in tune_params.items()}}
+        kernel_name = kernel_name or default_kernel_name
+        # Kernel Tuner's header, in its order (it ignores the restrictions); what else the file's
+        # header holds (Kernel Tuner's problem_size, its objective) is kept.
+        header = {"device_name": device_name, "kernel_name": kernel_name}
+        header.update((k, v) for k, v in data.items() if k not in header and k not in (
+            "cache", "tune_params_keys", "tune_params", "restrictions", "objective"))
+        header |= {"tune_params_keys": keys, "tune_params": {k: list(v) for k, v in tune_params.items()}}
         if restrictions:
             header["restrictions"] = list(restrictions)
-        header["objective"] = "time"
+        header["objective"] = data.get("objective", "time")
         lines = [json.dumps(header)[:-1] + ', "cache": {']
-        lines += [_line(keys, values, cost) for values, cost in previous.items()]
+        # Entries as the file has them: Kernel Tuner's carry more than the time (times, compile_time, ...).
+        lines += [json.dumps({key: entry})[1:-1] + "," for key, entry in data.get("cache", {}).items()]
         # Rewrite the file whole (atomically), then append: a closed file is reopened, a broken
         # last line of a crashed run is dropped.
         tmp = path.with_name(path.name + ".tmp")
@@ -151,12 +173,15 @@ class CacheFile:
         os.fsync(self._fh.fileno())
 
     def close(self) -> None:
-        """Close the JSON object (the file then is a plain JSON cache file)."""
+        """Close the JSON object (the file then is a plain JSON cache file). A cache without
+        entries stays open, as Kernel Tuner leaves one: its reader cannot reopen ``{}}``."""
         if self._fh.closed:
             return
         self._fh.close()
         text = self.path.read_text(encoding="utf-8").rstrip().removesuffix(",")
-        text += "}}" if text.endswith("{") else "\n}\n}"
+        if text.endswith("{"):
+            return
+        text += "\n}\n}"
         tmp = self.path.with_name(self.path.name + ".tmp")
         tmp.write_text(text + "\n", encoding="utf-8")
         os.replace(tmp, self.path)
@@ -172,6 +197,16 @@ def _line(keys: list[str], values: tuple, cost: float | None) -> str:
     entry = dict(zip(keys, values))
     entry["time"] = FAILED_TIME if cost is None else cost
     return json.dumps({_key(values): entry})[1:-1] + ","
+
+
+def _check_names(path: Path, data: dict, **names: str | None) -> None:
+    """A cache of another device or kernel is refused, as Kernel Tuner refuses it (a file that
+    names neither, as written before they were recorded, is taken)."""
+    for field, value in names.items():
+        recorded = data.get(field)
+        if recorded is not None and value is not None and recorded != value:
+            raise CacheFileError(f"{path} holds results of {field} {str(recorded)[:200]!r}, not {value!r}; "
+                                 f"pass {field}={str(recorded)[:200]!r} or use another cache file")
 
 
 def _entries(path: Path, data: dict, tune_params: dict[str, list]) -> dict[tuple, float | None]:
