@@ -125,12 +125,21 @@ def test_every_yaml_file_parses():
 
 def test_compose_services():
     services = compose()["services"]
-    assert set(services) == {"daemon", "postgres", "agent-cpu", "prometheus"}
+    assert set(services) == {"daemon", "daemon-standby", "postgres", "agent-cpu", "prometheus"}
     assert services["postgres"]["image"].startswith("postgres:")
     assert services["daemon"]["depends_on"]["postgres"]["condition"] == "service_healthy"
     assert services["daemon"]["command"][0] == "daemon"
     assert services["daemon"]["environment"]["TUNEFLEET_DB"].startswith("postgresql+psycopg://")
     assert services["daemon"]["build"]["dockerfile"] == "deploy/Dockerfile.daemon"
+    # a leader and a standby on one PostgreSQL log (issue 22), and agents that know both
+    standby = services["daemon-standby"]
+    assert standby["image"] == services["daemon"]["image"] and standby["command"][0] == "daemon"
+    assert standby["environment"]["TUNEFLEET_DB"] == services["daemon"]["environment"]["TUNEFLEET_DB"]
+    for name in ("daemon", "daemon-standby"):
+        command = services[name]["command"]
+        assert command[command.index("--advertise") + 1] == f"{name}:9190"
+    agent = services["agent-cpu"]["command"]
+    assert agent[agent.index("--tracker") + 1] == "daemon:9190,daemon-standby:9190"
     assert services["agent-cpu"]["build"]["dockerfile"] == "deploy/Dockerfile.agent"
     for name, service in services.items():
         if "build" in service:
@@ -142,7 +151,8 @@ def test_kubernetes_kinds():
     docs = k8s_docs()
     # No Secret manifests: kustomization.yaml's secretGenerator makes them from files (see the checks below).
     assert sorted(d["kind"] for _, d in docs) == sorted(
-        ["Namespace", "Service", "StatefulSet", "Deployment", "Service", "DaemonSet", "Kustomization", "Job"])
+        ["Namespace", "Service", "StatefulSet", "Deployment", "Service", "DaemonSet", "Kustomization", "Job",
+         "PodDisruptionBudget"])
     by_kind: dict[str, list[dict]] = {}
     for _, d in docs:
         assert d.get("apiVersion"), d["kind"]
@@ -155,8 +165,17 @@ def test_kubernetes_kinds():
     pg_env = {e["name"]: e.get("value") for e in postgres["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert pg_env["POSTGRES_PASSWORD_FILE"] and "POSTGRES_PASSWORD" not in pg_env
 
+    # A leader and a standby (issue 22): ready while leading, so the Service reaches the leader only; a
+    # rollout that waited for a new (standby) pod to be ready would stall, so pods are replaced at once.
     [daemon] = by_kind["Deployment"]
-    assert daemon["spec"]["replicas"] == 1 and daemon["spec"]["strategy"]["type"] == "Recreate"
+    assert daemon["spec"]["replicas"] == 2
+    assert daemon["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == "100%"
+    container = daemon["spec"]["template"]["spec"]["containers"][0]
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    assert container["args"][container["args"].index("--advertise") + 1] == "$(POD_IP):9190"
+    [budget] = by_kind["PodDisruptionBudget"]
+    assert budget["spec"]["minAvailable"] == 1 and budget["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+    assert budget["spec"]["selector"]["matchLabels"] == daemon["spec"]["selector"]["matchLabels"]
     pod_labels = daemon["spec"]["template"]["metadata"]["labels"]
     daemon_service = next(s for s in by_kind["Service"] if s["metadata"]["name"] == "tunefleet-daemon")
     assert all(pod_labels.get(k) == v for k, v in daemon_service["spec"]["selector"].items())

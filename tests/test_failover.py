@@ -54,6 +54,16 @@ def start_daemon(db_url: str, port: int, metrics_port: int | None = None) -> sub
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
+def readyz(metrics_port: int) -> int:
+    import urllib.error
+    import urllib.request
+
+    try:
+        return urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/readyz", timeout=2).status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
 def leader_metric(metrics_port: int) -> float | None:
     import urllib.request
 
@@ -94,6 +104,7 @@ def test_a_standby_answers_not_serving_names_the_leader_and_clients_follow(pg_ur
                      what="the standby answering health")
             wait_for(lambda: leader_metric(metrics_b) is not None, what="the standby's metrics")
             assert (leader_metric(metrics_a), leader_metric(metrics_b)) == (1.0, 0.0)
+            assert (readyz(metrics_a), readyz(metrics_b)) == (200, 503)  # Kubernetes' readiness
             direct = subprocess.run([sys.executable, "-m", "tuner", "agents", "--tracker", f"127.0.0.1:{b}"],
                                     capture_output=True, text=True, env=cli_env, timeout=60)
             assert direct.returncode == 1

@@ -137,8 +137,10 @@ class _QuietHandler(WSGIRequestHandler):
 
 
 class MetricsServer:
-    """Serves ``/metrics`` (prometheus_client's WSGI app: text or OpenMetrics, gzip when asked) and
-    ``/healthz`` on its own port, in a thread."""
+    """Serves ``/metrics`` (prometheus_client's WSGI app: text or OpenMetrics, gzip when asked),
+    ``/healthz`` (200 while the process serves: liveness) and ``/readyz`` (200 while this daemon leads,
+    503 while it stands by: readiness, since the daemon's TLS port cannot be probed by Kubernetes'
+    plain gRPC probe) on its own port, in a thread."""
 
     def __init__(self, address: str, daemon: "Daemon") -> None:
         host, _, port = address.rpartition(":")
@@ -151,6 +153,11 @@ class MetricsServer:
             if path == "/healthz":
                 start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", "3")])
                 return [b"ok\n"]
+            if path == "/readyz":
+                body = b"leader\n" if daemon.leading else b"standby\n"
+                start_response("200 OK" if daemon.leading else "503 Service Unavailable",
+                               [("Content-Type", "text/plain"), ("Content-Length", str(len(body)))])
+                return [body]
             start_response("404 Not Found", [("Content-Type", "text/plain"), ("Content-Length", "10")])
             return [b"not found\n"]
 
