@@ -13,12 +13,10 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from sqlalchemy.engine import make_url
 
 from measure_agent.engine import TimingConfig
 from tuner.daemon import FleetClient
@@ -26,23 +24,12 @@ from tuner.fleet import JobSpec
 from tuner.log import TuningLog
 
 from fleet_helpers import free_port, start_agent, stop_all, wait_for
-from test_tuning_log import PG_URL, pg_admin  # noqa: F401 - fixture
+from test_leadership import pg_url  # noqa: F401 - fixture
+from test_tuning_log import pg_admin  # noqa: F401 - fixture of pg_url
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(300)]
 FAST = TimingConfig(repeat=1, warmup=0, run_timeout_s=10)
 LEASE_TTL_S = 2.0  # short, so the tests wait little; the default is 5 s
-
-
-@pytest.fixture()
-def pg_url(pg_admin):
-    name = f"tf_failover_{uuid.uuid4().hex[:12]}"
-    with pg_admin.connect() as conn:
-        conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
-    try:
-        yield make_url(PG_URL).set(database=name).render_as_string(hide_password=False)
-    finally:
-        with pg_admin.connect() as conn:
-            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def start_daemon(db_url: str, port: int, metrics_port: int | None = None) -> subprocess.Popen:

@@ -19,8 +19,9 @@ pytestmark = pytest.mark.postgres
 
 @pytest.fixture()
 def pg_url(pg_admin):
-    """A fresh PostgreSQL database's URL (dropped afterwards); skipped when the server is unreachable."""
-    name = f"tf_lead_{uuid.uuid4().hex[:12]}"
+    """A fresh PostgreSQL database's URL (dropped afterwards); skipped when the server is unreachable.
+    Other modules' PostgreSQL tests take it from here."""
+    name = f"tf_test_{uuid.uuid4().hex[:12]}"
     with pg_admin.connect() as conn:
         conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
     try:

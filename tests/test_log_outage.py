@@ -7,7 +7,6 @@ import socket
 import sqlite3
 import threading
 import time
-import uuid
 
 import pytest
 from sqlalchemy.engine import make_url
@@ -18,7 +17,8 @@ from tuner.fleet import JobSpec
 from tuner.log import TuningLog
 
 from fleet_helpers import FakeAgent, start_daemon, wait_for
-from test_tuning_log import PG_URL, pg_admin  # noqa: F401 - fixture
+from test_leadership import pg_url  # noqa: F401 - fixture
+from test_tuning_log import pg_admin  # noqa: F401 - fixture of pg_url
 
 pytestmark = pytest.mark.timeout(180)
 JOB = JobSpec("matmul(M=2,N=2,K=1)", "fake", target="sleep", strategy="random", trials=24,
@@ -143,16 +143,9 @@ class CuttableProxy:
 
 
 @pytest.fixture()
-def pg_database(pg_admin):
-    """A fresh PostgreSQL database (dropped afterwards); skipped when the server is unreachable."""
-    name = f"tf_outage_{uuid.uuid4().hex[:12]}"
-    with pg_admin.connect() as conn:
-        conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
-    try:
-        yield make_url(PG_URL).set(database=name)
-    finally:
-        with pg_admin.connect() as conn:
-            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+def pg_database(pg_url):
+    """A fresh PostgreSQL database's URL (dropped afterwards); skipped when the server is unreachable."""
+    return make_url(pg_url)
 
 
 def test_postgresql_connections_cut_mid_job(pg_database):
