@@ -240,3 +240,18 @@ def test_the_initial_design_spreads_away_from_a_config_measured_first():
         near += sum(np.count_nonzero([c[k.name] == 0 for k in space.knobs]) >= 3 for c in strategy.propose(8))
     # Uniform picks are within one knob of the default with probability 13/255 (about 4 in 80).
     assert near == 0
+
+
+def test_random_draws_find_the_last_unseen_configs_of_a_mostly_explored_space():
+    """Random draws that keep hitting seen configs must not pass for an exhausted space: the job
+    loop ends on an empty proposal."""
+    space = synthetic_space()
+    strategy = make_strategy("random", space, seed=0)
+    every = list(space.iter_valid())
+    left = every[7::97][:3]
+    for config in every:
+        if config not in left:
+            strategy.claim(config)
+    found = strategy.random_new(5)
+    assert sorted(c.digest for c in found) == sorted(c.digest for c in left)
+    assert strategy.random_new(1) == []  # now it is exhausted

@@ -13,6 +13,8 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Generator
 
+import numpy as np
+
 from measure_agent.device import DeviceInfo
 from measure_agent.engine import MeasureInput, MeasureResult, MeasureStatus
 from measure_agent.space import Config
@@ -143,7 +145,8 @@ class TuningJob:
         if self.measurer.device_info:
             self.log.upsert_device(self.measurer.device_key, self.measurer.device_info)
         history = self.log.trials(workload_key=key[0], device_key=key[1], target=key[2])
-        strategy = make_strategy(opts.strategy, self.space, seed=opts.seed, workload=self.workload, features=self.template)
+        strategy = make_strategy(opts.strategy, self.space, seed=_strategy_seed(opts.seed, len(history)),
+                                 workload=self.workload, features=self.template)
         if opts.transfer:
             strategy.observe_prior(prior_from_log(self.log, self.workload, key[1], opts.target, space_of=self.template.space))
         started = time.monotonic()
@@ -274,6 +277,17 @@ class TuningJob:
                 self.workload.key, self.measurer.device_key, self.options.target, config.to_json(), failed,
                 agent=storable_text(agent, 128), template_version=self.measurer.template_version, job_id=job_id,
             )
+
+
+def _strategy_seed(seed: int, recorded: int) -> int:
+    """The strategy's seed: the job's own on a fresh start; on a resume (the log holds ``recorded``
+    trials of the workload), one derived from both. A resumed strategy with the job's own seed would
+    draw, in the same order, what the earlier run drew and the log holds, and a random start that
+    finds only seen configs gives up: the job ended 'done' short of its budget. Still deterministic
+    per seed and log."""
+    if not recorded:
+        return seed
+    return int(np.random.SeedSequence([seed, recorded]).generate_state(1)[0])
 
 
 class _HeldResults:

@@ -37,6 +37,10 @@ class PriorObservation:
     workload: Any = None
 
 
+# Spaces up to this many valid configs may be listed whole when random draws keep finding seen ones.
+ENUMERABLE_SPACE = 1 << 16
+
+
 class SearchStrategy(ABC):
     """Proposes which configs of a space to measure next.
 
@@ -82,7 +86,10 @@ class SearchStrategy(ABC):
         return True
 
     def random_new(self, n: int, attempts_per_config: int = 50) -> list[Config]:
-        """Up to ``n`` uniformly drawn configs not seen before."""
+        """Up to ``n`` uniformly drawn configs not seen before; fewer only when the space holds
+        fewer unseen ones. Drawing gives up after ``attempts_per_config`` tries per config; a space
+        small enough to list (:data:`ENUMERABLE_SPACE`) then gives its unseen configs in random
+        order, so a mostly explored space is not taken for an exhausted one."""
         out: list[Config] = []
         for _ in range(n * attempts_per_config):
             if len(out) >= n:
@@ -90,4 +97,9 @@ class SearchStrategy(ABC):
             config = self.space.sample(self.rng)[0]
             if self.claim(config):
                 out.append(config)
+        if len(out) < n and self.space.size <= ENUMERABLE_SPACE:
+            unseen = [c for c in self.space.iter_valid() if self.is_new(c)]
+            for i in self.rng.permutation(len(unseen))[:n - len(out)]:
+                self.claim(unseen[i])
+                out.append(unseen[i])
         return out
