@@ -134,10 +134,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--db", default="postgresql+psycopg://postgres@127.0.0.1:5432/postgres",
                         help="a PostgreSQL server URL; the bench makes (and drops) a database of its own there")
-    parser.add_argument("--trials", type=int, default=400)
+    parser.add_argument("--trials", type=int, default=1500, help="enough for --kills kills before the job ends")
     parser.add_argument("--sleep-ms", type=int, default=100, help="kernel time per call of each candidate")
     parser.add_argument("--kills", type=int, default=10)
-    parser.add_argument("--every", type=float, default=8.0, help="seconds between a takeover and the next kill")
+    parser.add_argument("--every", type=float, default=6.0, help="seconds between a takeover and the next kill")
     parser.add_argument("--lease-ttl", type=float, default=5.0)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
