@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tuner.cli import best, daemon, db, fleet, history, kernel, logfile, model, report, space, strategies, tune, verify
+from tuner.cli import best, daemon, dashboard, db, fleet, history, kernel, logfile, model, report, space, strategies, tune, verify
 from tuner.cli.common import CliError
 
 EPILOG = """\
@@ -24,7 +24,7 @@ workloads:
 The tuning log is SQLite at ~/.local/share/tunefleet/tuning.db unless --db or TUNEFLEET_DB says otherwise.
 """
 
-COMMAND_MODULES = (tune, best, kernel, space, logfile, daemon, fleet, db, history, strategies, report, model, verify)
+COMMAND_MODULES = (tune, best, kernel, space, logfile, daemon, fleet, db, history, strategies, report, model, verify, dashboard)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -29,6 +29,10 @@ def register(subparsers) -> None:
     p.add_argument("--metrics-listen", type=listen_address, metavar="HOST:PORT",
                    help="serve Prometheus metrics at http://HOST:PORT/metrics (plain HTTP without tokens: "
                         "keep it on loopback or a private network)")
+    p.add_argument("--http-listen", type=listen_address, metavar="HOST:PORT",
+                   help="also serve the web dashboard with live fleet state at http(s)://HOST:PORT/ (the daemon's "
+                        "--tls-cert/--tls-key and --client-token-file apply; beyond loopback the token file is "
+                        "required). Needs pip install 'tunefleet[dashboard]'")
     p.add_argument("--log-format", choices=("text", "json"), default="text", help="log lines as text or JSON objects")
     p.add_argument("--templates", default="default", choices=("default", "testing"), help=argparse.SUPPRESS)
     add_db_arguments(p, device=False)
@@ -96,13 +100,39 @@ def run(args: argparse.Namespace) -> int:
             except (OSError, ValueError) as exc:
                 daemon.stop()
                 raise CliError(f"cannot serve metrics on {args.metrics_listen}: {exc}", EXIT_FAILURE) from None
+        dashboard = None
+        if args.http_listen:
+            try:
+                dashboard = _start_dashboard(args, daemon, log, security)
+            except CliError:
+                if metrics:
+                    metrics.stop()
+                daemon.stop()
+                raise
         print(f"tunefleet daemon listening on {daemon.address}"
-              + (f", metrics on port {metrics.port}" if metrics else ""), flush=True)
+              + (f", metrics on port {metrics.port}" if metrics else "")
+              + (f", dashboard at {dashboard.url}/" if dashboard else ""), flush=True)
         stop.wait()
+        if dashboard:
+            dashboard.stop()
         if metrics:
             metrics.stop()
         daemon.stop()
     return 0
+
+
+def _start_dashboard(args: argparse.Namespace, daemon, log, security):
+    """The dashboard app with the daemon's live state, served from a thread (see tuner/cli/dashboard.py)."""
+    from tuner.cli.dashboard import check_installed, dashboard_access, start_server
+
+    check_installed()
+    access, warnings = dashboard_access(args.http_listen, security.client_tokens, bool(security.tls_cert))
+    for warning in warnings:
+        logging.getLogger("tunefleet.daemon").warning("%s", warning)
+    from tuner.dashboard.app import create_app
+
+    app = create_app(log, live=daemon.fleet_state, catalog=daemon.catalog, access=access)
+    return start_server(app, args.http_listen, security.tls_cert, security.tls_key)
 
 
 def _check_can_bind(address: str) -> None:

@@ -13,6 +13,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from measure_agent.protocol.connection import CHANNEL_OPTIONS
 from measure_agent.protocol.v1 import fleet_pb2_grpc as pb_grpc
 from measure_agent.templates import TemplateCatalog, default_catalog
+from tuner.daemon.fleet_state import DaemonFleetState
 from tuner.daemon.jobs import JobManager
 from tuner.daemon.limits import SERVER_THREADS, ClientCallInterceptor, ClientCallLimiter
 from tuner.daemon.scheduler import Scheduler
@@ -77,6 +78,7 @@ class Daemon:
         self.catalog = catalog or default_catalog()
         self.scheduler = Scheduler(heartbeat_interval_s, agent_timeout_s)
         self.jobs = JobManager(self.scheduler, log, self.catalog)
+        self.fleet_state = DaemonFleetState(self.scheduler, self.jobs)  # the dashboard's live view
         self.server, self.port, self.auth = create_server(
             listen, AgentService(self.scheduler, self.catalog), ClientService(self.jobs, self.scheduler, self.catalog),
             security,
