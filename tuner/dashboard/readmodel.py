@@ -17,7 +17,7 @@ from typing import Any
 from measure_agent.templates import TemplateCatalog, TemplateNotFound
 from measure_agent.workload import WorkloadError, parse_workload
 from tuner.dashboard.live import LiveFleet
-from tuner.log import NotFoundError, TRIAL_STATUSES, TrialRecord, TuningLog
+from tuner.log import FINAL_JOB_STATUSES, NotFoundError, TRIAL_STATUSES, TrialRecord, TuningLog
 from tuner.log.records import JobRecord, utcnow
 from tuner.report.data import collect
 from tuner.report.series import convergence_series
@@ -278,8 +278,7 @@ class DashboardReader:
         state = live.state if live is not None else record.status
         rate = _flops_rate(record.workload_key)
         return {
-            "job_id": record.id, "state": state, "finished": record.is_finished or state in (
-                "done", "failed", "cancelled"),
+            "job_id": record.id, "state": state, "finished": state in FINAL_JOB_STATUSES,
             "workload": record.workload_key, "device_key": record.device_key, "target": record.target,
             "strategy": record.strategy, "budget": record.trials, "trials": trials, "failed": failed,
             "best_mean_s": best_mean_s, "best_gflops": _round(rate(best_mean_s)),
