@@ -11,6 +11,7 @@ pytest.importorskip("starlette")
 pytest.importorskip("httpx")
 
 from measure_agent.templates import testing_catalog  # noqa: E402
+from measure_agent.workload import parse_workload  # noqa: E402
 from tuner.cli.common import CliError  # noqa: E402
 from tuner.dashboard.app import DashboardAccess, create_app  # noqa: E402
 from tuner.dashboard.live import CancelRefused  # noqa: E402
@@ -77,7 +78,7 @@ def test_api_answers_what_the_pages_show(log):
 
     job = c.get("/api/jobs/1").json()
     assert (job["trials"], job["failed"], job["ok_trials"]) == (OK_PER_JOB + FAILED_PER_JOB, FAILED_PER_JOB, OK_PER_JOB)
-    assert job["spec"]["pins"] == ["variant=1"] and job["spec"]["workload"].startswith("matmul(M=2,N=2,K=3")
+    assert job["spec"]["pins"] == ["variant=1"] and job["spec"]["workload"] == parse_workload(WL).key
     assert job["top"][0]["config"] == {"variant": OK_PER_JOB - 1}  # the last ok trial is the fastest
     assert job["top"][0]["diff_from_default"] == {"variant": [0, OK_PER_JOB - 1]}
     assert any(t["is_default"] for t in job["top"])  # variant 0 is the sleep template's default
@@ -97,7 +98,7 @@ def test_api_answers_what_the_pages_show(log):
     assert fast["vs_fastest"] == 1.0 and slow["vs_fastest"] == pytest.approx(0.5, rel=1e-3)
     assert [len(h["time"]) for h in workload["history"]] == [OK_PER_JOB + FAILED_PER_JOB] * 2
     [family] = workload["shapes"]
-    assert {m["workload"].split(",dtype")[0] for m in family["members"]} == {WL[:-1], OTHER_SHAPE[:-1]}
+    assert {m["workload"] for m in family["members"]} == {parse_workload(WL).key, parse_workload(OTHER_SHAPE).key}
 
     kernel = c.get("/api/kernel", params={"workload": WL, "device": DEVICES[0], "target": "sleep"}).json()
     assert kernel["config"] == {"variant": OK_PER_JOB - 1} and "time.sleep(3 / 1000.0)" in kernel["source"]

@@ -53,6 +53,7 @@
     return s < 10 ? (s * 1e3).toPrecision(4) + " ms" : s.toPrecision(3) + " s";
   }
   function num(v, digits) { return v === null || v === undefined ? "-" : Number(v).toFixed(digits === undefined ? 2 : digits); }
+  function gf(v) { return window.tunefleetGflops(v); }
   function json(v) { return JSON.stringify(v); }
   function when(iso) { return iso ? iso.replace("T", " ").slice(0, 19) : "-"; }
   function link(href, text) { return h("a", { href: href, text: text }); }
@@ -96,7 +97,7 @@
                   { label: "best GFLOPS", num: 1 }, { label: "created" }],
       jobs.map(function (j) {
         return { cells: [jobLink(j.job_id), state(j.state), workloadLink(j.workload), j.device_key, j.strategy,
-                         j.trials + " / " + j.budget, j.failed, num(j.best_gflops), when(j.created_at)] };
+                         j.trials + " / " + j.budget, j.failed, gf(j.best_gflops), when(j.created_at)] };
       }), { id: "jobs-table", empty: "no job yet: tuner tune or tuner submit starts one" });
   }
 
@@ -110,7 +111,7 @@
     var best = d.top.length ? d.top[0] : null;
     fill("job-cards", cards([
       ["trials", d.trials + " / " + d.budget], ["ok", d.ok_trials], ["failed", d.failed],
-      ["best GFLOPS", best ? num(best.gflops) : "-"], ["best time", best ? ms(best.mean_s) : "-"],
+      ["best GFLOPS", best ? gf(best.gflops) : "-"], ["best time", best ? ms(best.mean_s) : "-"],
       ["vs default", best && d.default_mean_s ? num(d.default_mean_s / best.mean_s) + "x" : "-"],
     ]));
     actions(d);
@@ -119,7 +120,7 @@
     fill("top", table([{ label: "#", num: 1 }, { label: "trial", num: 1 }, { label: "time", num: 1 },
                        { label: "GFLOPS", num: 1 }, { label: "config" }, { label: "diff from default" }, { label: "kernel" }],
       d.top.map(function (t) {
-        return { cells: [t.rank, t.trial, ms(t.mean_s), num(t.gflops), code(t.config), diff(t), kernelLink(d, t.config)] };
+        return { cells: [t.rank, t.trial, ms(t.mean_s), gf(t.gflops), code(t.config), diff(t), kernelLink(d, t.config)] };
       }), { empty: "no trial of this job ran successfully yet" }));
     fill("status-counts", table([{ label: "status" }, { label: "trials", num: 1 }, { label: "sample message" }],
       d.status_counts.map(function (c) {
@@ -149,9 +150,8 @@
   function drawChart(id, series, by) {
     var el = document.getElementById(id);
     if (!el) return;
-    if (charts[id]) { charts[id].update(series); return; }
-    el.replaceChildren();
-    charts[id] = window.tunefleetConvergence(el, series, by, el.clientWidth);
+    if (charts[id]) charts[id].update(series);
+    else { el.replaceChildren(); charts[id] = window.tunefleetConvergence(el, series, by, el.clientWidth); }
     el.dataset.points = series.trial.length;
   }
   function loadTrials(jobId) {
@@ -162,7 +162,7 @@
                             { label: "GFLOPS", num: 1 }, { label: "agent" }, { label: "config" }, { label: "message" }],
         t.trials.slice().reverse().map(function (r) {
           return { status: r.status, cells: [r.trial, h("span", { cls: r.status === "ok" ? "status-ok" : "status-err", text: r.status }),
-                   ms(r.mean_s), num(r.gflops), r.agent || "-", code(r.config), h("span", { cls: "msg", text: r.message || "" })] };
+                   ms(r.mean_s), gf(r.gflops), r.agent || "-", code(r.config), h("span", { cls: "msg", text: r.message || "" })] };
         }), { id: "trials-table", empty: "no trial" + (trialFilter ? " with status " + trialFilter : "") }));
     });
   }
@@ -195,7 +195,7 @@
   function workloads(d) {
     fill("workloads", table([{ label: "workload" }, { label: "best GFLOPS per device" }], d.map(function (w) {
       return { cells: [workloadLink(w.workload), w.best.map(function (b) {
-        return b.device_key + "/" + b.target + ": " + num(b.gflops);
+        return b.device_key + "/" + b.target + ": " + gf(b.gflops);
       }).join(", ") || "-"] };
     }), { empty: "the log holds no workload" }));
   }
@@ -206,7 +206,7 @@
                            { label: "best time", num: 1 }, { label: "GFLOPS", num: 1 }, { label: "vs fastest", num: 1 },
                            { label: "best config" }, { label: "kernel" }],
       d.devices.map(function (r) {
-        return { cells: [r.device_key, r.target, r.trials, r.failed, ms(r.best_mean_s), num(r.gflops),
+        return { cells: [r.device_key, r.target, r.trials, r.failed, ms(r.best_mean_s), gf(r.gflops),
                          r.vs_fastest ? (r.vs_fastest * 100).toFixed(1) + "%" : "-", r.best_config ? code(r.best_config) : "-",
                          r.best_config ? link("/kernel?workload=" + encodeURIComponent(d.workload) + "&device=" +
                                               encodeURIComponent(r.device_key) + "&target=" + encodeURIComponent(r.target),
@@ -220,7 +220,7 @@
         table([{ label: "shape" }].concat(devices.map(function (k) { return { label: k + " GFLOPS", num: 1 }; })),
           f.members.map(function (m) {
             return { cells: [m.workload === d.workload ? h("b", { text: m.workload }) : workloadLink(m.workload)]
-              .concat(devices.map(function (k) { return num(m.best_gflops[k]); })) };
+              .concat(devices.map(function (k) { return gf(m.best_gflops[k]); })) };
           }))]);
     })) : h("p", { cls: "empty", text: "this workload belongs to no tuned shape range" }));
   }
@@ -232,7 +232,7 @@
     var colors = ["#d9480f", "#1c7ed6", "#2b8a3e", "#7048e8", "#e67700", "#0c8599"];
     var opts = {
       width: el.clientWidth || 900, height: 300, scales: { x: { time: true } },
-      axes: [{}, { label: "GFLOPS", size: 60 }],
+      axes: [{}, { label: "GFLOPS", size: 60, values: function (u, splits) { return splits.map(gf); } }],
       series: [{}].concat(groups.map(function (g, i) {
         return { label: g.device_key + "/" + g.target, stroke: colors[i % colors.length], width: 2, spanGaps: true,
                  paths: uPlot.paths.stepped({ align: 1 }) };
