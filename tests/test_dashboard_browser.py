@@ -147,3 +147,16 @@ def test_live_job_grows_then_is_cancelled(tmp_path, page, screenshots):
 
 def _count(card_text: str) -> int:
     return int(card_text.split("/")[0])
+
+
+def test_report_draws_the_dashboards_chart(two_device_log, page, screenshots):
+    pytest.importorskip("matplotlib")
+    from tuner.report import collect, convergence_png, render_html
+
+    data = collect(two_device_log, 1)
+    report = screenshots / "report.html"
+    report.write_text(render_html(data, convergence_png(data)), encoding="utf-8")
+    page.goto(report.as_uri())
+    sync_api.expect(page.locator("#convergence .u-over")).to_have_count(1)  # uPlot drew, offline
+    assert page.locator("#convergence .u-legend").inner_text().count("best so far") == 1
+    page.screenshot(path=screenshots / "report.png", full_page=True)

@@ -355,7 +355,8 @@ def _cut(message: str) -> str:
 
 
 def _round(value: float | None) -> float | None:
-    return None if value is None else round(value, 4)
+    """Six significant digits: enough for any chart or table, at any scale of GFLOPS."""
+    return None if value is None else float(f"{value:.6g}")
 
 
 def isoformat(moment: datetime | None) -> str | None:

@@ -38,4 +38,5 @@ def convergence_series(data: ReportData) -> dict[str, Any]:
 
 
 def _round(value: float | None) -> float | None:
-    return None if value is None else round(value, 4)
+    """Six significant digits: enough for any chart or table, at any scale of GFLOPS."""
+    return None if value is None else float(f"{value:.6g}")
