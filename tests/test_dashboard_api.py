@@ -219,3 +219,23 @@ def test_report_and_dashboard_draw_from_one_series(log):
 
     assert client(log).get("/api/jobs/1").json()["series"] == json.loads(json.dumps(
         convergence_series(collect(log, 1, default_config=False))))
+
+
+def test_model_page_shows_tasks_latency_and_budget(log):
+    from tuner.graph.tasks import ModelTasks, Task
+
+    net = ModelTasks(source="/models/net.onnx", tasks=(Task(parse_workload(WL), count=2),
+                                                       Task(parse_workload(OTHER_SHAPE), count=1)))
+    c = TestClient(create_app(log, catalog=testing_catalog(), models=[net]))
+    assert c.get("/api/models").json() == [{"model": "net.onnx", "source": "/models/net.onnx", "tasks": 2}]
+    model = c.get("/api/model", params={"name": "net.onnx", "device": DEVICES[0], "target": "sleep"}).json()
+    first, second = model["tasks"]
+    assert (first["trials"], second["trials"]) == (OK_PER_JOB + FAILED_PER_JOB, 1)
+    assert first["budget_share"] == pytest.approx(12 / 13, abs=1e-4)
+    assert first["speedup"] == pytest.approx(OK_PER_JOB)  # default (variant 0) vs the fastest trial
+    assert model["latency_default_s"] == pytest.approx(2 * first["default_s"] + second["default_s"])
+    assert model["latency_tuned_s"] == pytest.approx(2 * first["best_s"] + second["best_s"])
+    assert {(d["device_key"], d["target"]) for d in model["devices"]} == {(d, "sleep") for d in DEVICES}
+    assert c.get("/model", params={"name": "net.onnx"}).status_code == 200
+    missing = c.get("/api/model", params={"name": "other.onnx"})
+    assert missing.status_code == 404 and "models: net.onnx" in missing.json()["error"]

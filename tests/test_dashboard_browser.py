@@ -25,7 +25,7 @@ from tuner.dashboard.server import DashboardServer  # noqa: E402
 from tuner.fleet import JobSpec  # noqa: E402
 from tuner.log import TuningLog  # noqa: E402
 
-from dashboard_helpers import DEVICES, FAILED_PER_JOB, WL, fill_log  # noqa: E402
+from dashboard_helpers import DEVICES, FAILED_PER_JOB, OTHER_SHAPE, WL, fill_log  # noqa: E402
 from fleet_helpers import FakeAgent, start_daemon, wait_for  # noqa: E402
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -76,7 +76,12 @@ def serve(app) -> DashboardServer:
 
 
 def test_log_pages_job_filter_and_workload_of_two_devices(two_device_log, page, screenshots):
-    server = serve(create_app(two_device_log, catalog=testing_catalog()))
+    from measure_agent.workload import parse_workload
+    from tuner.graph.tasks import ModelTasks, Task
+
+    net = ModelTasks(source="net.onnx", tasks=(Task(parse_workload(WL), count=2),
+                                               Task(parse_workload(OTHER_SHAPE), count=1)))
+    server = serve(create_app(two_device_log, catalog=testing_catalog(), models=[net]))
     try:
         page.goto(server.url + "/")
         sync_api.expect(page.locator("#jobs-table tbody tr")).to_have_count(2)
@@ -102,6 +107,12 @@ def test_log_pages_job_filter_and_workload_of_two_devices(two_device_log, page, 
         page.click("#devices-table tbody tr:first-child a:text('show-kernel')")
         sync_api.expect(page.locator("#kernel-source")).to_contain_text("time.sleep(3 / 1000.0)")
         page.screenshot(path=screenshots / "kernel.png", full_page=True)
+
+        page.goto(f"{server.url}/models")
+        page.click("a:text('net.onnx')")
+        sync_api.expect(page.locator("#model-table tbody tr")).to_have_count(2)
+        sync_api.expect(page.locator("[data-card='tasks estimated'] .value")).to_have_text("2 / 2")
+        page.screenshot(path=screenshots / "model.png", full_page=True)
     finally:
         server.stop()
 

@@ -33,6 +33,9 @@ def register(subparsers) -> None:
                    help="also serve the web dashboard with live fleet state at http(s)://HOST:PORT/ (the daemon's "
                         "--tls-cert/--tls-key and --client-token-file apply; beyond loopback the token file is "
                         "required). Needs pip install 'tunefleet[dashboard]'")
+    from tuner.cli.dashboard import add_model_argument
+
+    add_model_argument(p, "--dashboard-model")
     p.add_argument("--log-format", choices=("text", "json"), default="text", help="log lines as text or JSON objects")
     p.add_argument("--templates", default="default", choices=("default", "testing"), help=argparse.SUPPRESS)
     add_db_arguments(p, device=False)
@@ -123,15 +126,16 @@ def run(args: argparse.Namespace) -> int:
 
 def _start_dashboard(args: argparse.Namespace, daemon, log, security):
     """The dashboard app with the daemon's live state, served from a thread (see tuner/cli/dashboard.py)."""
-    from tuner.cli.dashboard import check_installed, dashboard_access, start_server
+    from tuner.cli.dashboard import check_installed, dashboard_access, load_models, start_server
 
     check_installed()
     access, warnings = dashboard_access(args.http_listen, security.client_tokens, bool(security.tls_cert))
+    models = load_models(args.dashboard_models)
     for warning in warnings:
         logging.getLogger("tunefleet.daemon").warning("%s", warning)
     from tuner.dashboard.app import create_app
 
-    app = create_app(log, live=daemon.fleet_state, catalog=daemon.catalog, access=access)
+    app = create_app(log, live=daemon.fleet_state, catalog=daemon.catalog, access=access, models=models)
     return start_server(app, args.http_listen, security.tls_cert, security.tls_key)
 
 

@@ -24,6 +24,7 @@ def register(subparsers) -> None:
                    help="address to serve on (default 127.0.0.1:8080); beyond loopback --client-token-file is "
                         "required")
     add_tls_arguments(p)
+    add_model_argument(p, "--model")
     add_db_arguments(p, device=False)
     p.set_defaults(func=run)
 
@@ -35,6 +36,21 @@ def add_tls_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tls-key", metavar="PEM", help="private key of --tls-cert")
     p.add_argument("--client-token-file", metavar="FILE",
                    help="cancelling needs a token from this file (reading needs none); required beyond loopback")
+
+
+def add_model_argument(p: argparse.ArgumentParser, flag: str) -> None:
+    p.add_argument(flag, action="append", default=[], metavar="MODEL.onnx", dest="dashboard_models",
+                   help="show this ONNX model's tune-model run on a model page (repeatable; needs the onnx package)")
+
+
+def load_models(paths: list[str]) -> list:
+    """The tasks of each model, read once at start (one line on a bad file or a missing onnx)."""
+    from tuner.graph import ModelError, extract_tasks
+
+    try:
+        return [extract_tasks(path) for path in paths]
+    except ModelError as exc:
+        raise CliError(str(exc)) from None
 
 
 def dashboard_access(listen: str, client_tokens: tuple[str, ...], tls: bool):
@@ -88,6 +104,7 @@ def run(args: argparse.Namespace) -> int:
     except (CredentialsError, ValueError) as exc:
         raise CliError(str(exc)) from None
     access, warnings = dashboard_access(args.listen, tokens, bool(args.tls_cert))
+    models = load_models(args.dashboard_models)
     for warning in warnings:
         print(f"tuner: warning: {warning}", file=sys.stderr)
     from tuner.dashboard.app import create_app
@@ -96,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     with open_log(args.db, existing=True) as log:
-        server = start_server(create_app(log, access=access), args.listen, args.tls_cert, args.tls_key)
+        server = start_server(create_app(log, access=access, models=models), args.listen, args.tls_cert, args.tls_key)
         print(f"tunefleet dashboard of {log.url} at {server.url}/ (Ctrl-C stops it)", flush=True)
         stop.wait()
         server.stop()

@@ -47,9 +47,10 @@ class DashboardAccess:
 
 
 def create_app(log: TuningLog, *, live: LiveFleet | None = None, catalog=None,
-               access: DashboardAccess = DashboardAccess()) -> Starlette:
-    """The dashboard over ``log``; ``live`` is the daemon's state when served by a daemon."""
-    reader = DashboardReader(log, catalog=catalog, live=live)
+               access: DashboardAccess = DashboardAccess(), models=()) -> Starlette:
+    """The dashboard over ``log``; ``live`` is the daemon's state when served by a daemon;
+    ``models`` are :class:`tuner.graph.ModelTasks` whose ``tune-model`` runs the model pages show."""
+    reader = DashboardReader(log, catalog=catalog, live=live, models=models)
     templates = Jinja2Templates(directory=str(HERE / "templates"))
     templates.env.globals["refresh_ms"] = int(LIVE_REFRESH_S * 1000)
 
@@ -62,7 +63,7 @@ def create_app(log: TuningLog, *, live: LiveFleet | None = None, catalog=None,
                                                   "data_json": "null", "daemon": live is not None},
                                                   status_code=_status_of(exc))
             return templates.TemplateResponse(request, name, {
-                "title": title.format(**request.path_params, **request.query_params),
+                "title": title.format_map(_Blank({**request.query_params, **request.path_params})),
                 "page": name.removesuffix(".html"), "data_json": _json_for_script(payload),
                 "daemon": live is not None, "live_page": live_page, "tokens_needed": bool(access.client_tokens)})
         return endpoint
@@ -95,6 +96,8 @@ def create_app(log: TuningLog, *, live: LiveFleet | None = None, catalog=None,
         Route("/workloads", page("workloads.html", "workloads", lambda r: reader.workloads())),
         Route("/workload", page("workload.html", "workload", lambda r: reader.workload(_param(r, "key")))),
         Route("/kernel", page("kernel.html", "kernel", lambda r: _kernel(reader, r))),
+        Route("/models", page("models.html", "models", lambda r: reader.model_list())),
+        Route("/model", page("model.html", "model {name}", lambda r: _model(reader, r), live_page=True)),
         Route("/agents", page("agents.html", "agents", lambda r: reader.agents(), live_page=True)),
         Route("/api/overview", api(lambda r: reader.overview())),
         Route("/api/jobs", api(lambda r: reader.jobs())),
@@ -104,6 +107,8 @@ def create_app(log: TuningLog, *, live: LiveFleet | None = None, catalog=None,
         Route("/api/workloads", api(lambda r: reader.workloads())),
         Route("/api/workload", api(lambda r: reader.workload(_param(r, "key")))),
         Route("/api/kernel", api(lambda r: _kernel(reader, r))),
+        Route("/api/models", api(lambda r: reader.model_list())),
+        Route("/api/model", api(lambda r: _model(reader, r))),
         Route("/api/agents", api(lambda r: reader.agents())),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
     ]
@@ -163,6 +168,18 @@ def _kernel(reader: DashboardReader, request: Request) -> dict[str, Any]:
     q = request.query_params
     return reader.kernel(_param(request, "workload"), _param(request, "device"), q.get("target", "cpu"),
                          q.get("config", "best"))
+
+
+class _Blank(dict):
+    """Page-title values: a missing parameter leaves a blank, not an error."""
+
+    def __missing__(self, key: str) -> str:
+        return ""
+
+
+def _model(reader: DashboardReader, request: Request) -> dict[str, Any]:
+    q = request.query_params
+    return reader.model(_param(request, "name"), q.get("device") or None, q.get("target") or None)
 
 
 def _param(request: Request, name: str) -> str:

@@ -12,7 +12,8 @@ from __future__ import annotations
 import json
 from collections import Counter
 from datetime import datetime, timedelta
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Sequence
 
 from measure_agent.templates import TemplateCatalog, TemplateNotFound
 from measure_agent.workload import WorkloadError, parse_workload
@@ -21,6 +22,9 @@ from tuner.log import FINAL_JOB_STATUSES, NotFoundError, TRIAL_STATUSES, TrialRe
 from tuner.log.records import JobRecord, utcnow
 from tuner.report.data import collect
 from tuner.report.series import convergence_series
+
+if TYPE_CHECKING:
+    from tuner.graph.tasks import ModelTasks
 
 RECENT_JOBS = 100
 RECENT_ERRORS = 20
@@ -41,10 +45,12 @@ class BadRequest(ValueError):
 class DashboardReader:
     """Reads what the pages show. ``live`` is the daemon's state (None for a bare log)."""
 
-    def __init__(self, log: TuningLog, catalog: TemplateCatalog | None = None, live: LiveFleet | None = None) -> None:
+    def __init__(self, log: TuningLog, catalog: TemplateCatalog | None = None, live: LiveFleet | None = None,
+                 models: Sequence[ModelTasks] = ()) -> None:
         self.log = log
         self._catalog = catalog
         self.live = live
+        self.models = {Path(m.source).name: m for m in models}
 
     @property
     def catalog(self) -> TemplateCatalog:
@@ -241,6 +247,49 @@ class DashboardReader:
         return {"workload": workload.key, "device_key": device_key, "target": target,
                 "config": json.loads(json.dumps(parsed.to_json())), "why": why, "entry": source.entry,
                 "source": source.text, "runtime_args": list(source.runtime_args)}
+
+    # -- models (tune-model) ---------------------------------------------------------------------
+    def model_list(self) -> list[dict[str, Any]]:
+        return [{"model": name, "source": m.source, "tasks": len(m.tasks)} for name, m in sorted(self.models.items())]
+
+    def model(self, name: str, device_key: str | None = None, target: str | None = None) -> dict[str, Any]:
+        """A model's tasks as ``tune-model`` tunes them, from the log: per task its count, the trials the
+        log holds (where the budget went), the default config's and the best mean time; the
+        estimated latency (sum of count x time over tasks with both) before and after tuning."""
+        found = self.models.get(name)
+        if found is None:
+            known = ", ".join(sorted(self.models)) or "none (start the dashboard with --model MODEL.onnx)"
+            raise NotFound(f"no model {name!r} in this dashboard; models: {known}")
+        groups = Counter()
+        for task in found.tasks:
+            for t in self.log.best_per_group(1, workload_key=task.key):
+                groups[(t.device_key, t.target)] += self.log.count_trials(task.key, t.device_key, t.target)
+        choices = [{"device_key": d, "target": tg, "trials": n} for (d, tg), n in sorted(groups.items())]
+        if device_key is None and groups:
+            device_key, target = max(groups, key=lambda g: (groups[g], g))
+        target = target or "cpu"
+        rows, before, after, covered = [], 0.0, 0.0, 0
+        info = (self.log.recorded_device_info(device_key) or {}) if device_key else {}
+        for number, task in enumerate(found.tasks, 1):
+            trials = self.log.count_trials(task.key, device_key, target) if device_key else 0
+            best = self.log.best(task.key, device_key, target) if device_key else []
+            default = self._default_config(task.workload, target, info) if device_key else None
+            default_s = next((t.mean_s for t in self.log.trials(task.key, device_key, target, "ok")
+                              if t.config == default), None) if default is not None else None
+            best_s = best[0].mean_s if best else None
+            if default_s and best_s:
+                before, after, covered = before + task.count * default_s, after + task.count * best_s, covered + 1
+            rows.append({"task": number, "workload": task.key, "op_type": task.op_type, "count": task.count,
+                         "flops": task.flops, "trials": trials, "default_s": default_s, "best_s": best_s,
+                         "speedup": round(default_s / best_s, 4) if default_s and best_s else None,
+                         "weighted_best_s": task.count * best_s if best_s else None})
+        spent = sum(r["trials"] for r in rows)
+        for r in rows:
+            r["budget_share"] = round(r["trials"] / spent, 4) if spent else 0.0
+        return {"model": name, "source": found.source, "device_key": device_key, "target": target,
+                "devices": choices, "tasks": rows, "trials": spent,
+                "latency_default_s": before if covered else None, "latency_tuned_s": after if covered else None,
+                "latency_tasks": covered}
 
     # -- agents ----------------------------------------------------------------------------------
     def agents(self) -> dict[str, Any]:

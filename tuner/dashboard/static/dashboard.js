@@ -248,6 +248,40 @@
     document.getElementById("kernel-source").textContent = d.source;
   }
 
+  // -- models ------------------------------------------------------------------------------------
+  function models(d) {
+    fill("models", table([{ label: "model" }, { label: "tasks", num: 1 }, { label: "file" }], d.map(function (m) {
+      return { cells: [link("/model?name=" + encodeURIComponent(m.model), m.model), m.tasks, m.source] };
+    }), { empty: "no model: start the dashboard with --model MODEL.onnx" }));
+  }
+  function bar(share, cls) {
+    return h("span", {}, [h("span", { cls: "bar " + (cls || ""), style: "width:" + Math.round(share * 160) + "px" }),
+                          (share * 100).toFixed(1) + "%"]);
+  }
+  function model(d) {
+    document.getElementById("model-title").replaceChildren("Model ", h("span", { cls: "mono", text: d.model }));
+    fill("model-sub", document.createTextNode(d.source + (d.device_key ? " · on " + d.device_key + " (" + d.target + ")" : " · nothing tuned yet")));
+    fill("model-devices", d.devices.length > 1 ? h("span", {}, ["device: "].concat(d.devices.map(function (g) {
+      return link("/model?name=" + encodeURIComponent(d.model) + "&device=" + encodeURIComponent(g.device_key) +
+                  "&target=" + encodeURIComponent(g.target), g.device_key + "/" + g.target + " ");
+    }))) : document.createTextNode(""));
+    fill("model-cards", cards([
+      ["tasks", d.tasks.length], ["trials", d.trials],
+      ["latency default", ms(d.latency_default_s)], ["latency tuned", ms(d.latency_tuned_s)],
+      ["speed-up", d.latency_default_s && d.latency_tuned_s ? num(d.latency_default_s / d.latency_tuned_s) + "x" : "-"],
+      ["tasks estimated", d.latency_tasks + " / " + d.tasks.length],
+    ]));
+    var tuned = d.tasks.reduce(function (s, t) { return s + (t.weighted_best_s || 0); }, 0);
+    fill("model-tasks", table([{ label: "#", num: 1 }, { label: "workload" }, { label: "op" }, { label: "count", num: 1 },
+                               { label: "trials", num: 1 }, { label: "budget" }, { label: "default", num: 1 },
+                               { label: "best", num: 1 }, { label: "speed-up", num: 1 }, { label: "share of tuned latency" }],
+      d.tasks.map(function (t) {
+        return { cells: [t.task, workloadLink(t.workload), t.op_type, t.count, t.trials, bar(t.budget_share),
+                         ms(t.default_s), ms(t.best_s), t.speedup ? num(t.speedup) + "x" : "-",
+                         tuned && t.weighted_best_s ? bar(t.weighted_best_s / tuned, "muted") : "-"] };
+      }), { id: "model-table" }));
+  }
+
   // -- agents ----------------------------------------------------------------------------------
   function agents(d) {
     fill("agents", d.live ? table([{ label: "name" }, { label: "key" }, { label: "cpu / gpu" }, { label: "parallel", num: 1 },
@@ -269,7 +303,8 @@
     })));
   }
 
-  var renderers = { overview: overview, job: job, workloads: workloads, workload: workload, kernel: kernel, agents: agents };
+  var renderers = { overview: overview, job: job, workloads: workloads, workload: workload, kernel: kernel, agents: agents,
+                    models: models, model: model };
 
   function render(d) { if (renderers[page] && d) renderers[page](d); }
   function refresh() {
