@@ -239,3 +239,57 @@ def test_model_page_shows_tasks_latency_and_budget(log):
     assert c.get("/model", params={"name": "net.onnx"}).status_code == 200
     missing = c.get("/api/model", params={"name": "other.onnx"})
     assert missing.status_code == 404 and "models: net.onnx" in missing.json()["error"]
+
+
+def test_daemon_serves_the_dashboard_with_live_state(tmp_path):
+    """``tuner daemon --http-listen``: the same app, with the fleet; SIGTERM stops both cleanly."""
+    import signal
+    import subprocess
+    import sys
+    import urllib.request
+
+    from fleet_helpers import FakeAgent, free_port, wait_for
+
+    grpc_port, http_port = free_port(), free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tuner", "daemon", "--listen", f"127.0.0.1:{grpc_port}", "--db",
+         f"sqlite:///{tmp_path / 'd.db'}", "--templates", "testing", "--http-listen", f"127.0.0.1:{http_port}"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    agent = None
+    try:
+        line = ""
+        while not line.startswith("tunefleet daemon listening") and proc.poll() is None:
+            line = proc.stdout.readline()  # log lines come first
+        assert f"dashboard at http://127.0.0.1:{http_port}/" in line, line
+        agent = FakeAgent(f"127.0.0.1:{grpc_port}", key="web", name="web-agent")
+
+        def agents():
+            with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/api/agents", timeout=5) as reply:
+                return json.load(reply)
+
+        answer = wait_for(lambda: (lambda a: a if a["agents"] else None)(agents()), 20, "the agent on the dashboard")
+        assert answer["live"] is True and answer["agents"][0]["name"] == "web-agent"
+    finally:
+        if agent is not None:
+            agent.stop()
+        proc.send_signal(signal.SIGTERM)
+        try:
+            code = proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            code = f"hung: {proc.communicate()[0]}"
+        assert code == 0
+
+
+def test_daemon_refuses_a_dashboard_beyond_loopback_without_a_token(tmp_path):
+    import subprocess
+    import sys
+
+    from fleet_helpers import free_port
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "tuner", "daemon", "--listen", f"127.0.0.1:{free_port()}", "--db",
+         f"sqlite:///{tmp_path / 'd.db'}", "--http-listen", f"0.0.0.0:{free_port()}"],
+        capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1].startswith("tuner: error: refusing to serve the dashboard on 0.0.0.0")
