@@ -293,3 +293,14 @@ def test_daemon_refuses_a_dashboard_beyond_loopback_without_a_token(tmp_path):
         capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1].startswith("tuner: error: refusing to serve the dashboard on 0.0.0.0")
+
+
+def test_without_the_dashboard_extra_the_command_says_how_to_install(monkeypatch, tmp_path, capsys, log):
+    import sys
+
+    from tuner.cli import main
+
+    monkeypatch.setitem(sys.modules, "uvicorn", None)  # import uvicorn now raises ImportError
+    assert main(["dashboard", "--db", log.url.removeprefix("sqlite:///")]) == 1
+    assert capsys.readouterr().err.strip() == ("tuner: error: the dashboard needs uvicorn, which is not installed: "
+                                               "pip install 'tunefleet[dashboard]'")

@@ -320,6 +320,11 @@
       trialFilter = select.value;
       loadTrials(location.pathname.split("/").pop());
     });
-    if (app.dataset.live === "yes") { liveDot(true); setInterval(refresh, refreshMs); }
+    // a hidden tab does not poll; it catches up as soon as it is shown again
+    if (app.dataset.live === "yes") {
+      liveDot(true);
+      setInterval(function () { if (!document.hidden) refresh(); }, refreshMs);
+      document.addEventListener("visibilitychange", function () { if (!document.hidden) refresh(); });
+    }
   });
 })();
