@@ -170,7 +170,7 @@ def test_cancel_refuses_cross_site_requests_and_bare_logs(log):
     live = FakeLive()
     c = client(log, live=live)  # loopback without tokens: same-origin JSON may cancel
     assert c.post("/api/jobs/1/cancel", json={}, headers={"Origin": "http://evil.example"}).status_code == 403
-    assert c.post("/api/jobs/1/cancel", data="x", headers={"Content-Type": "text/plain"}).status_code == 415
+    assert c.post("/api/jobs/1/cancel", content="x", headers={"Content-Type": "text/plain"}).status_code == 415
     assert c.get("/api/jobs/1/cancel").status_code == 405
     assert live.cancelled == []
     assert c.post("/api/jobs/1/cancel", json={}).status_code == 200 and live.cancelled == [1]
@@ -304,3 +304,25 @@ def test_without_the_dashboard_extra_the_command_says_how_to_install(monkeypatch
     assert main(["dashboard", "--db", log.url.removeprefix("sqlite:///")]) == 1
     assert capsys.readouterr().err.strip() == ("tuner: error: the dashboard needs uvicorn, which is not installed: "
                                                "pip install 'tunefleet[dashboard]'")
+
+
+@pytest.mark.skipif(__import__("shutil").which("openssl") is None, reason="openssl not installed")
+def test_dashboard_serves_https_with_the_tls_options(log, tmp_path):
+    import ssl
+    import subprocess
+    import urllib.request
+
+    from tuner.dashboard.server import DashboardServer
+
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
+                    "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
+                   check=True, capture_output=True)
+    server = DashboardServer(create_app(log), "127.0.0.1:0", tls_cert=str(cert), tls_key=str(key)).start()
+    try:
+        assert server.url.startswith("https://127.0.0.1:")
+        context = ssl.create_default_context(cafile=str(cert))
+        with urllib.request.urlopen(f"{server.url}/api/jobs", context=context, timeout=10) as reply:
+            assert [j["job_id"] for j in json.load(reply)] == [2, 1]
+    finally:
+        server.stop()

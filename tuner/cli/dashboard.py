@@ -80,10 +80,11 @@ def start_server(app, listen: str, tls_cert: str | None, tls_key: str | None):
 
 
 def check_installed() -> None:
+    import importlib
+
     try:
-        import jinja2  # noqa: F401
-        import starlette  # noqa: F401
-        import uvicorn  # noqa: F401
+        for name in ("starlette", "jinja2", "uvicorn"):
+            importlib.import_module(name)
     except ImportError as exc:
         from tuner.dashboard import DASHBOARD_INSTALL_HINT
 

@@ -87,12 +87,9 @@ def create_app(log: TuningLog, *, live: LiveFleet | None = None, catalog=None,
         except BadRequest as exc:
             return _error(400, str(exc))
 
-    def job_id_of(request: Request) -> int:
-        return _job_id(request)
-
     routes = [
         Route("/", page("overview.html", "overview", lambda r: reader.overview(), live_page=True)),
-        Route("/jobs/{job_id}", page("job.html", "job {job_id}", lambda r: reader.job(job_id_of(r)), live_page=True)),
+        Route("/jobs/{job_id}", page("job.html", "job {job_id}", lambda r: reader.job(_job_id(r)), live_page=True)),
         Route("/workloads", page("workloads.html", "workloads", lambda r: reader.workloads())),
         Route("/workload", page("workload.html", "workload", lambda r: reader.workload(_param(r, "key")))),
         Route("/kernel", page("kernel.html", "kernel", lambda r: _kernel(reader, r))),
@@ -101,8 +98,8 @@ def create_app(log: TuningLog, *, live: LiveFleet | None = None, catalog=None,
         Route("/agents", page("agents.html", "agents", lambda r: reader.agents(), live_page=True)),
         Route("/api/overview", api(lambda r: reader.overview())),
         Route("/api/jobs", api(lambda r: reader.jobs())),
-        Route("/api/jobs/{job_id}", api(lambda r: reader.job(job_id_of(r)))),
-        Route("/api/jobs/{job_id}/trials", api(lambda r: reader.job_trials(job_id_of(r), r.query_params.get("status")))),
+        Route("/api/jobs/{job_id}", api(lambda r: reader.job(_job_id(r)))),
+        Route("/api/jobs/{job_id}/trials", api(lambda r: reader.job_trials(_job_id(r), r.query_params.get("status")))),
         Route("/api/jobs/{job_id}/cancel", cancel, methods=["POST"]),
         Route("/api/workloads", api(lambda r: reader.workloads())),
         Route("/api/workload", api(lambda r: reader.workload(_param(r, "key")))),

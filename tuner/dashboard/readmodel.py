@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from datetime import datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -406,7 +406,3 @@ def _cut(message: str) -> str:
 def _round(value: float | None) -> float | None:
     """Six significant digits: enough for any chart or table, at any scale of GFLOPS."""
     return None if value is None else float(f"{value:.6g}")
-
-
-def isoformat(moment: datetime | None) -> str | None:
-    return moment.isoformat() if moment else None
