@@ -2,14 +2,13 @@
 through ``executable_path``; ``.ci/run`` installs it). Each test writes screenshots of the pages
 it opens to the directory printed at the end of the run (look at them).
 
-Live tests run a real daemon with the ``testing`` catalog and an in-process agent that reports
-a result every few hundredths of a second, so no kernel is compiled.
+The live test runs a real daemon and a real agent process with the ``testing`` catalog: its
+sleep kernels (1 ms a call) are plain Python, so nothing is compiled.
 """
 
 from __future__ import annotations
 
 import shutil
-import time
 from pathlib import Path
 
 import pytest
@@ -26,7 +25,7 @@ from tuner.fleet import JobSpec  # noqa: E402
 from tuner.log import TuningLog  # noqa: E402
 
 from dashboard_helpers import DEVICES, FAILED_PER_JOB, OTHER_SHAPE, WL, fill_log  # noqa: E402
-from fleet_helpers import FakeAgent, start_daemon, wait_for  # noqa: E402
+from fleet_helpers import agent_names, start_agent, start_daemon, stop_all, wait_for  # noqa: E402
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 pytestmark = [
@@ -114,16 +113,17 @@ def test_log_pages_job_filter_and_workload_of_two_devices(two_device_log, page, 
         sync_api.expect(page.locator("[data-card='tasks estimated'] .value")).to_have_text("2 / 2")
         page.screenshot(path=screenshots / "model.png", full_page=True)
     finally:
+        page.goto("about:blank")  # stop polling before the server goes
         server.stop()
 
 
-def test_live_job_grows_then_is_cancelled(tmp_path, page, screenshots):
+def test_live_job_grows_then_is_cancelled(tmp_path, page, screenshots, kernel_cache_dir):
     with TuningLog(f"sqlite:///{tmp_path / 'live.db'}") as log:
         daemon = start_daemon(log)
-        agent = FakeAgent(daemon.address, key="dash", name="dash-agent",
-                          cost_of=lambda n: (time.sleep(0.05), 1e-6 * (1 + n * 7 % 13))[1])
+        agent = start_agent(daemon.address, "dash", "dash-agent", kernel_cache_dir, parallel=1)
         server = serve(create_app(log, live=daemon.fleet_state, catalog=daemon.catalog))
         try:
+            wait_for(lambda: agent_names(daemon) == {"dash-agent"}, 30, "the agent to register")
             page.goto(server.url + "/")
             sync_api.expect(page.locator("#jobs-table")).to_have_count(0)  # nothing yet
             status = daemon.jobs.submit(JobSpec("matmul(M=64,N=64,K=1)", "dash", target="sleep", strategy="random",
@@ -150,8 +150,9 @@ def test_live_job_grows_then_is_cancelled(tmp_path, page, screenshots):
             sync_api.expect(page.locator("#agents-table tbody tr")).to_have_count(1)
             page.screenshot(path=screenshots / "agents-live.png", full_page=True)
         finally:
+            page.goto("about:blank")
             server.stop()
-            agent.stop()
+            stop_all([agent])
             daemon.stop()
         wait_for(lambda: log.get_job(status.job_id).status == "cancelled", 10, "the log to record the cancel")
 
