@@ -102,7 +102,7 @@ class DashboardReader:
                 health = ("no agents" if not agents else "degraded" if quarantined else "ok")
                 keys.append({**key.to_json(), "quarantined_agents": quarantined, "health": health})
             return keys
-        return [{"key": key, "agents": None, "health": "unknown (no daemon)"} for key in self.log.device_keys()]
+        return [{"key": key, "agents": None, "health": "no daemon"} for key in self.log.device_keys()]
 
     # -- job -------------------------------------------------------------------------------------
     def job(self, job_id: int) -> dict[str, Any]:

@@ -81,7 +81,7 @@
     fill("keys", table([{ label: "key" }, { label: "health" }, { label: "agents", num: 1 }, { label: "busy", num: 1 },
                         { label: "queued", num: 1 }, { label: "jobs", num: 1 }],
       d.keys.map(function (k) {
-        return { cells: [k.key, state(k.health.split(" ")[0] === "ok" ? "ok" : k.health), k.agents, k.busy_agents,
+        return { cells: [k.key, state(k.health), k.agents, k.busy_agents,
                          k.queued_candidates, k.jobs] };
       }), { empty: "no device key yet" }));
     fill("errors", table([{ label: "when" }, { label: "job" }, { label: "status" }, { label: "message" }],
