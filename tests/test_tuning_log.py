@@ -881,5 +881,6 @@ def test_job_agent_and_failure_aggregates_on_both_backends(log):
     assert [t.status for t in log.recent_failures(5)] == ["run_timeout", "compile_error"]
     assert [t.message for t in log.recent_failures(1)] == [""]
     assert log.count_trials_since(T0 + timedelta(microseconds=3)) == 3
+    assert [t.config for t in log.trials(created_before=T0 + timedelta(microseconds=3))] == [{"t": 1}, {"t": 2}]
     with pytest.raises(ValueError, match="positive integer"):
         log.recent_failures(0)

@@ -320,10 +320,17 @@
       trialFilter = select.value;
       loadTrials(location.pathname.split("/").pop());
     });
-    // a hidden tab does not poll; it catches up as soon as it is shown again
+    // Poll again refreshMs after an answer, or three times as long as the answer took (a job of
+    // many trials on a busy log must not keep the server busy); a hidden tab does not poll and
+    // catches up as soon as it is shown again.
     if (app.dataset.live === "yes") {
       liveDot(true);
-      setInterval(function () { if (!document.hidden) refresh(); }, refreshMs);
+      var poll = function () {
+        if (document.hidden) { setTimeout(poll, refreshMs); return; }
+        var started = Date.now();
+        refresh().then(function () { setTimeout(poll, Math.max(refreshMs, 3 * (Date.now() - started))); });
+      };
+      setTimeout(poll, refreshMs);
       document.addEventListener("visibilitychange", function () { if (!document.hidden) refresh(); });
     }
   });
