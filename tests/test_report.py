@@ -77,7 +77,15 @@ def test_report_page_and_png(job_log, cli_env, tmp_path):
     assert match, "no embedded PNG"
     assert base64.b64decode(match.group(1)).startswith(PNG_MAGIC)
     assert 'src="http' not in text and 'href="http' not in text and "url(" not in text
-    assert "<link" not in text and "<script" not in text
+    assert "<link" not in text and "<script src" not in text  # scripts are inline
+    # The interactive chart is the dashboard's: its series, drawn by the same script.
+    from tuner.report import collect
+    from tuner.report.series import convergence_series
+
+    embedded = re.search(r'<script type="application/json" id="convergence-data">(.*?)</script>', text).group(1)
+    with TuningLog(url) as log:
+        assert json.loads(embedded) == json.loads(json.dumps(convergence_series(collect(log, job))))
+    assert "tunefleetConvergence" in text and "uPlot" in text
     assert png.read_bytes().startswith(PNG_MAGIC)
 
     plain = html.unescape(re.sub(r"<[^>]+>", " ", text))

@@ -860,3 +860,27 @@ def test_processes_writing_at_once_lose_and_duplicate_nothing(new_db, tmp_path):
         assert sorted(r.config["t"] for r in stored) == list(range(count))
         assert log.device_keys() == ["dev-0", "dev-1", "dev-2"]
         assert log.workload_keys() == ["matmul(M=64,N=64,K=64,dtype=float32)"]
+
+
+# -- aggregates the dashboard reads ---------------------------------------------------------------
+def test_job_agent_and_failure_aggregates_on_both_backends(log):
+    job = log.create_job(WL, "dev-a", "cpu", "random", 10)
+    log.record_trials([
+        trial({"t": 1}, mean=2.0, agent="a1", job_id=job, at=1),
+        trial({"t": 2}, mean=0.5, agent="a1", job_id=job, at=2),
+        trial({"t": 3}, "compile_error", message="boom", agent="a2", job_id=job, at=3),
+        trial({"t": 4}, "run_timeout", agent="a2", at=4),  # no job
+        trial({"t": 5}, mean=0.1, at=5),  # no job, no agent
+    ])
+    stats = log.job_trial_stats()
+    assert list(stats) == [job]
+    assert (stats[job].trials, stats[job].failed, stats[job].best_mean_s) == (3, 1, 0.5)
+    agents = log.agent_trial_stats()
+    assert {name: (s.trials, s.failed) for name, s in agents.items()} == {"a1": (2, 0), "a2": (2, 2)}
+    assert agents["a2"].last_at == T0 + timedelta(microseconds=4)  # an aware UTC time, on both backends
+    assert [t.status for t in log.recent_failures(5)] == ["run_timeout", "compile_error"]
+    assert [t.message for t in log.recent_failures(1)] == [""]
+    assert log.count_trials_since(T0 + timedelta(microseconds=3)) == 3
+    assert [t.config for t in log.trials(created_before=T0 + timedelta(microseconds=3))] == [{"t": 1}, {"t": 2}]
+    with pytest.raises(ValueError, match="positive integer"):
+        log.recent_failures(0)

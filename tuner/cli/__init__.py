@@ -9,6 +9,7 @@ from tuner.cli import (
     best,
     config,
     daemon,
+    dashboard,
     db,
     fleet,
     history,
@@ -42,7 +43,7 @@ The tuning log is SQLite at ~/.local/share/tunefleet/tuning.db unless --db or TU
 """
 
 COMMAND_MODULES = (tune, best, kernel, space, logfile, daemon, fleet, db, history, strategies, report, model, verify,
-                   config)
+                   config, dashboard)
 
 
 def build_parser() -> argparse.ArgumentParser:

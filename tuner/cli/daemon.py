@@ -44,6 +44,13 @@ def register(subparsers) -> None:
     p.add_argument("--lease-ttl", type=positive_float, default=5.0, metavar="S",
                    help="PostgreSQL logs: the leader's lease lasts this long unrenewed; a standby takes over "
                         "within it plus 1 s of a leader's death (default 5)")
+    p.add_argument("--http-listen", type=listen_address, metavar="HOST:PORT",
+                   help="also serve the web dashboard with live fleet state at http(s)://HOST:PORT/ (the daemon's "
+                        "--tls-cert/--tls-key and --client-token-file apply; beyond loopback the token file is "
+                        "required). Needs pip install 'tunefleet[dashboard]'")
+    from tuner.cli.dashboard import add_model_argument
+
+    add_model_argument(p, "--dashboard-model")
     p.add_argument("--log-format", choices=("text", "json"), default="text", help="log lines as text or JSON objects")
     p.add_argument("--templates", default="default", choices=("default", "testing"), help=argparse.SUPPRESS)
     add_db_arguments(p, device=False)
@@ -119,9 +126,21 @@ def run(args: argparse.Namespace) -> int:
             except (OSError, ValueError) as exc:
                 daemon.stop()
                 raise CliError(f"cannot serve metrics on {args.metrics_listen}: {exc}", EXIT_FAILURE) from None
+        dashboard = None
+        if args.http_listen:
+            try:
+                dashboard = _start_dashboard(args, daemon, log, security)
+            except CliError:
+                if metrics:
+                    metrics.stop()
+                daemon.stop()
+                raise
         print(f"tunefleet daemon listening on {daemon.address}"
-              + (f", metrics on port {metrics.port}" if metrics else ""), flush=True)
+              + (f", metrics on port {metrics.port}" if metrics else "")
+              + (f", dashboard at {dashboard.url}/" if dashboard else ""), flush=True)
         stop.wait()
+        if dashboard:
+            dashboard.stop()
         if metrics:
             metrics.stop()
         daemon.stop()
@@ -152,6 +171,19 @@ def _single_daemon_lock(log):
     except TuningLogError as exc:
         raise CliError(str(exc), EXIT_FAILURE) from None
     return lock
+def _start_dashboard(args: argparse.Namespace, daemon, log, security):
+    """The dashboard app with the daemon's live state, served from a thread (see tuner/cli/dashboard.py)."""
+    from tuner.cli.dashboard import check_installed, dashboard_access, load_models, start_server
+
+    check_installed()
+    access, warnings = dashboard_access(args.http_listen, security.client_tokens, bool(security.tls_cert))
+    models = load_models(args.dashboard_models)
+    for warning in warnings:
+        logging.getLogger("tunefleet.daemon").warning("%s", warning)
+    from tuner.dashboard.app import create_app
+
+    app = create_app(log, live=daemon.fleet_state, catalog=daemon.catalog, access=access, models=models)
+    return start_server(app, args.http_listen, security.tls_cert, security.tls_key)
 
 
 def _check_can_bind(address: str) -> None:

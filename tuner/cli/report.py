@@ -12,8 +12,9 @@ DESCRIPTION = (
     "Write a self-contained HTML page about a tuning job of the log: summary (workload, device and its info, "
     "strategy, trials, status, times, the earlier trials it resumed from), the convergence plot (best GFLOPS so "
     "far against trial number, each trial as a faint point), the top configs and the trials per status with a "
-    "sample error message. The page has no external assets (inline CSS, the plot as a base64 PNG), so it can be "
-    "mailed or attached to a ticket. Needs matplotlib: pip install 'tunefleet[plot]'."
+    "sample error message. The page has no external assets (inline CSS; the dashboard's interactive chart inline, "
+    "with the plot as a base64 PNG where scripts do not run), so it can be mailed or attached to a ticket. Needs "
+    "matplotlib: pip install 'tunefleet[plot]'."
 )
 
 

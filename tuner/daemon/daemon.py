@@ -15,6 +15,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from measure_agent.protocol.connection import CHANNEL_OPTIONS
 from measure_agent.protocol.v1 import fleet_pb2_grpc as pb_grpc
 from measure_agent.templates import TemplateCatalog, default_catalog
+from tuner.daemon.fleet_state import DaemonFleetState
 from tuner.daemon.jobs import JobManager
 from tuner.daemon.leadership import LeadershipKeeper, StandbyGate
 from tuner.daemon.limits import SERVER_THREADS, ClientCallInterceptor, ClientCallLimiter
@@ -94,6 +95,7 @@ class Daemon:
         self.scheduler = Scheduler(heartbeat_interval_s, agent_timeout_s, on_result=self.metrics.observe_result)
         self.jobs = JobManager(self.scheduler, log, self.catalog)
         self.gate = StandbyGate(leading=not leadership)
+        self.fleet_state = DaemonFleetState(self.scheduler, self.jobs, self.gate)  # the dashboard's live view
         self.server, self.port, self.auth = create_server(
             listen, AgentService(self.scheduler, self.catalog), ClientService(self.jobs, self.scheduler, self.catalog, self.gate),
             security, gate=self.gate,

@@ -107,9 +107,15 @@ def _presented_token_ok(metadata, tokens: tuple[str, ...]) -> bool:
     presented = next((value for key, value in metadata or () if key == "authorization"), "")
     if not presented.startswith("Bearer "):
         return False
-    candidate = presented[len("Bearer "):].encode()
+    return token_matches(presented[len("Bearer "):], tokens)
+
+
+def token_matches(candidate: str, tokens: tuple[str, ...]) -> bool:
+    """Whether ``candidate`` is one of ``tokens``, compared in constant time (the daemon's gRPC
+    port and the dashboard both check tokens here)."""
+    encoded = candidate.encode()
     # compare against every token without stopping early: no timing hint about which one matched
-    return any([hmac.compare_digest(candidate, token.encode()) for token in tokens])
+    return any([hmac.compare_digest(encoded, token.encode()) for token in tokens])
 
 
 def refusing_handler(handler, code: grpc.StatusCode, message: str, method: str, *,

@@ -50,7 +50,8 @@ from tuner.daemon.limits import (
     MAX_WATCH_S,
 )
 from tuner.daemon.scheduler import Scheduler
-from tuner.fleet.agents import AgentInfo, FleetView, KeyInfo, RefusedAgent
+from tuner.daemon.fleet_state import fleet_view
+from tuner.fleet.agents import RefusedAgent
 from tuner.log.records import storable_text
 from tuner.steering import SteeringError, parse_target
 
@@ -185,31 +186,7 @@ class ClientService(pb_grpc.ClientServiceServicer):
         return _measure_configs(self, request, context)
 
     def ListAgents(self, request: pb.ListAgentsRequest, context: grpc.ServicerContext) -> pb.AgentList:
-        agents = self.scheduler.agents()
-        now = self.scheduler.now()
-        jobs = [s for s in self.manager.list() if not s.finished]
-        keys = sorted({a.key for a in agents} | {s.device_key for s in jobs})
-        key_infos = []
-        for key in keys:
-            queued, leased = self.scheduler.key_counts(key)
-            of_key = [a for a in agents if a.key == key]
-            key_infos.append(KeyInfo(
-                key=key, agents=len(of_key), busy_agents=sum(1 for a in of_key if a.leases),
-                queued_candidates=queued, leased_candidates=leased,
-                jobs=sum(1 for s in jobs if s.device_key == key),
-            ))
-        fleet = FleetView(
-            agents=tuple(AgentInfo(agent_id=a.agent_id, key=a.key, name=a.name, device_info=a.device_info,
-                                   templates=a.templates, parallel=a.parallel, leased=len(a.leases), peer=a.peer,
-                                   seconds_since_heartbeat=now - a.last_heartbeat,
-                                   seconds_since_registered=now - a.registered_at,
-                                   overdue_leases=a.overdue_leases, quarantined=a.quarantined)
-                         for a in agents),
-            keys=tuple(key_infos),
-            refused=tuple(self.scheduler.refused()),
-            leader=self.gate.leader_address, leader_epoch=self.gate.epoch,
-        )
-        return fleet_to_proto(fleet)
+        return fleet_to_proto(fleet_view(self.scheduler, self.manager, self.gate))
 
 
 def _measure_configs(service: "ClientService", request: pb.MeasureRequest, context: grpc.ServicerContext):

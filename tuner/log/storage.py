@@ -31,6 +31,7 @@ import json
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from fnmatch import fnmatchcase
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
@@ -80,6 +81,31 @@ class PruneSummary:
     @property
     def deleted(self) -> int:
         return self.deleted_ok + self.deleted_failed
+
+
+@dataclass(frozen=True)
+class JobTrialStats:
+    """A job's trials in the log: how many, how many failed, the fastest ok mean time."""
+
+    trials: int
+    failed: int
+    best_mean_s: float | None
+
+
+@dataclass(frozen=True)
+class AgentTrialStats:
+    """What one agent (by name) measured: trials, failures, when it last recorded one."""
+
+    trials: int
+    failed: int
+    last_at: datetime | None
+
+
+def _aware(moment: datetime | None) -> datetime | None:
+    """Aggregates skip the column's type processing on SQLite: give a naive result its UTC zone."""
+    if moment is None or moment.tzinfo is not None:
+        return moment
+    return moment.replace(tzinfo=timezone.utc)
 
 
 class NotFoundError(TuningLogError, LookupError):
@@ -358,11 +384,13 @@ class TuningLog:
         *,
         job_id: int | None = None,
         limit: int | None = None,
+        created_before: datetime | None = None,
     ) -> list[TrialRecord]:
         """Trials matching every given filter, ordered by ``created_at`` then insertion order.
 
         ``device_key`` is one key or a sequence of keys (any of them). With ``limit``, only the
-        ``limit`` most recent matching trials are returned (still oldest first).
+        ``limit`` most recent matching trials are returned (still oldest first). With
+        ``created_before`` (aware), only trials recorded before that moment.
         """
         if status is not None and status not in TRIAL_STATUSES:
             raise ValueError(f"status {status!r} is not one of {', '.join(TRIAL_STATUSES)}")
@@ -374,6 +402,8 @@ class TuningLog:
             stmt = stmt.where(t.c.status == status)
         if job_id is not None:
             stmt = stmt.where(t.c.job_id == job_id)
+        if created_before is not None:
+            stmt = stmt.where(t.c.created_at < created_before)
         if limit is None:
             return self._fetch_trials(stmt.order_by(t.c.created_at, t.c.id))
         newest = self._fetch_trials(stmt.order_by(t.c.created_at.desc(), t.c.id.desc()).limit(limit))
@@ -508,6 +538,42 @@ class TuningLog:
                 conn.execute(delete(t).where(doomed))
         return PruneSummary(groups=len(groups), deleted_ok=deleted_ok, deleted_failed=deleted_failed,
                             kept=total - deleted_ok - deleted_failed)
+
+    # -- aggregates for the dashboard -----------------------------------------------------------
+    def job_trial_stats(self) -> dict[int, JobTrialStats]:
+        """Trials, failures and best mean time of every job that has trials, in one query."""
+        t = schema.trials
+        failed = func.sum(case((t.c.status != "ok", 1), else_=0))
+        stmt = (select(t.c.job_id, func.count(), failed, func.min(case((t.c.status == "ok", t.c.mean_s))))
+                .where(t.c.job_id.is_not(None)).group_by(t.c.job_id))
+        with self._read("read job statistics") as conn:
+            rows = conn.execute(stmt).all()
+        return {int(job): JobTrialStats(int(n), int(bad or 0), best) for job, n, bad, best in rows}
+
+    def agent_trial_stats(self) -> dict[str, AgentTrialStats]:
+        """Trials, failures and the last record time per agent name (trials without an agent are left out)."""
+        t = schema.trials
+        failed = func.sum(case((t.c.status != "ok", 1), else_=0))
+        stmt = (select(t.c.agent, func.count(), failed, func.max(t.c.created_at))
+                .where(t.c.agent != "").group_by(t.c.agent))
+        with self._read("read agent statistics") as conn:
+            rows = conn.execute(stmt).all()
+        return {agent: AgentTrialStats(int(n), int(bad or 0), _aware(last)) for agent, n, bad, last in rows}
+
+    def recent_failures(self, limit: int = 20) -> list[TrialRecord]:
+        """The ``limit`` most recent trials of any status but ``ok``, newest first."""
+        if type(limit) is not int or limit < 1:
+            raise ValueError(f"limit must be a positive integer, not {limit!r}")
+        t = schema.trials
+        stmt = (self._trial_select(None, None, None).where(t.c.status != "ok")
+                .order_by(t.c.created_at.desc(), t.c.id.desc()).limit(limit))
+        return self._fetch_trials(stmt)
+
+    def count_trials_since(self, since: datetime) -> int:
+        """How many trials were recorded at or after ``since`` (an aware datetime)."""
+        t = schema.trials
+        with self._read("count trials") as conn:
+            return conn.execute(select(func.count()).select_from(t).where(t.c.created_at >= since)).scalar_one()
 
     def workload_keys(self) -> list[str]:
         """Keys of all workloads in the log, sorted."""
@@ -799,6 +865,8 @@ def _json_object(name: str, value: Any) -> str:
 
 
 __all__ = [
+    "AgentTrialStats",
+    "JobTrialStats",
     "NotFoundError",
     "PruneSummary",
     "SQLITE_BUSY_TIMEOUT_S",

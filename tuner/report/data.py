@@ -129,8 +129,8 @@ def collect(log: TuningLog, job_id: int, *, default_config: bool = True) -> Repo
     workload = parse_workload(job.workload_key)
     info = log.recorded_device_info(job.device_key) or {}
     trials = log.trials(job_id=job_id)
-    history = [t for t in log.trials(workload_key=job.workload_key, device_key=job.device_key, target=job.target)
-               if t.job_id != job_id and t.created_at < job.created_at]
+    history = [t for t in log.trials(workload_key=job.workload_key, device_key=job.device_key, target=job.target,
+                                     created_before=job.created_at) if t.job_id != job_id]
     earlier_best = min((t.mean_s for t in history if t.mean_s), default=None)
     return ReportData(
         job=job,

@@ -1,4 +1,6 @@
-"""The job report as one self-contained HTML page: inline CSS, the plot as a base64 PNG, no external asset."""
+"""The job report as one self-contained HTML page: inline CSS and scripts, no external asset. The
+convergence chart is the dashboard's (uPlot and ``convergence.js`` inline, drawn from
+:func:`tuner.report.series.convergence_series`), with the PNG where scripts do not run."""
 
 from __future__ import annotations
 
@@ -6,9 +8,11 @@ import base64
 import json
 from datetime import datetime, timedelta
 from html import escape
+from pathlib import Path
 
 from measure_agent import __version__
 from tuner.report.data import ReportData
+from tuner.report.series import convergence_series
 
 TOP_N = 10
 MESSAGE_CHARS = 400
@@ -107,14 +111,32 @@ def _cards(data: ReportData) -> str:
 
 
 def _figure(data: ReportData, png: bytes) -> str:
+    """The interactive chart the dashboard draws (same script, same series), inline; the PNG where
+    scripts do not run (mail readers, ticket systems)."""
     encoded = base64.b64encode(png).decode("ascii")
     caption = ("Best GFLOPS so far (line) against trial number in this job; each point is one trial, "
-               "failed trials are ticks on the axis.")
+               "failed trials are marks on the axis.")
     if data.earlier_trials:
         caption += (f" The dashed line is the best of the {data.earlier_trials} trials of this workload and device "
                     "recorded before the job (the history it resumed from).")
-    return (f'<figure><img alt="convergence plot: best GFLOPS so far against trial number" '
-            f'src="data:image/png;base64,{encoded}"><figcaption>{escape(caption)}</figcaption></figure>')
+    uplot_css, uplot_js, convergence_js = _chart_assets()
+    series = json.dumps(convergence_series(data)).replace("<", "\\u003c").replace(">", "\\u003e")
+    return (f'<figure><style>{uplot_css}</style><div id="convergence"></div>'
+            f'<noscript><img alt="convergence plot: best GFLOPS so far against trial number" '
+            f'src="data:image/png;base64,{encoded}"></noscript>'
+            f'<script type="application/json" id="convergence-data">{series}</script>'
+            f"<script>{uplot_js}</script><script>{convergence_js}</script>"
+            "<script>tunefleetConvergence(document.getElementById('convergence'), "
+            "JSON.parse(document.getElementById('convergence-data').textContent), 'trial');</script>"
+            f"<figcaption>{escape(caption)}</figcaption></figure>")
+
+
+def _chart_assets() -> tuple[str, str, str]:
+    """uPlot and the convergence script, as the dashboard serves them (tuner/dashboard/static)."""
+    static = Path(__file__).resolve().parent.parent / "dashboard" / "static"
+    return tuple(  # type: ignore[return-value]
+        (static / name).read_text(encoding="utf-8")
+        for name in ("vendor/uPlot.min.css", "vendor/uPlot.iife.min.js", "convergence.js"))
 
 
 def _job_rows(data: ReportData) -> list[tuple[str, str]]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 
 from tuner.report.data import ReportData
+from tuner.report.series import convergence_series
 
 PLOT_INSTALL_HINT = "pip install 'tunefleet[plot]'"
 
@@ -46,11 +47,12 @@ def convergence_png(data: ReportData, *, width_in: float = 9.0, height_in: float
     ax.grid(True, alpha=0.25, linewidth=0.6)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
-    n = len(data.trials)
-    values = data.trial_gflops
-    ok = [(i, v) for i, v in enumerate(values, 1) if v is not None]
-    failed = [i for i, v in enumerate(values, 1) if v is None]
-    earlier_best = data.gflops(data.earlier_best_s)
+    # The same columns the interactive chart of the page and the dashboard draws (report/series.py).
+    series = convergence_series(data)
+    n = len(series["trial"])
+    ok = [(i, v) for i, v in zip(series["trial"], series["gflops"]) if v is not None]
+    failed = [i for i, f in zip(series["trial"], series["failed"]) if f is not None]
+    earlier_best = series["earlier_best"]
 
     if not n:
         ax.text(0.5, 0.5, "no trials recorded for this job", transform=ax.transAxes, ha="center", va="center",
@@ -60,14 +62,14 @@ def convergence_png(data: ReportData, *, width_in: float = 9.0, height_in: float
     if ok:
         ax.scatter([i for i, _ in ok], [v for _, v in ok], s=14, color=TRIAL_COLOR, alpha=0.35, linewidths=0,
                    label=f"trial ({len(ok)} ok)", zorder=2)
-        best = data.best_so_far
-        xs = [i for i, b in enumerate(best, 1) if b is not None]
+        best = series["best"]
+        xs = [i for i, b in zip(series["trial"], best) if b is not None]
         ys = [b for b in best if b is not None]
         xs.append(n)
         ys.append(ys[-1])
         ax.step(xs, ys, where="post", color=BEST_COLOR, linewidth=2, label="best so far", zorder=3)
-        top = data.best
-        top_x, top_y = data.best_trial_number, data.gflops(top.mean_s)
+        top_x = series["best_trial"]
+        top_y = series["gflops"][top_x - 1]
         ax.scatter([top_x], [top_y], s=40, color=BEST_COLOR, zorder=4)
         ax.annotate(f"{top_y:.2f} GFLOPS (trial {top_x})", (top_x, top_y), xytext=(6, 6),
                     textcoords="offset points", fontsize=9, color=BEST_COLOR,
