@@ -84,9 +84,11 @@ class FakeAgent:
     or a malformed measurement where that returns a Measurement message."""
 
     def __init__(self, address: str, key: str = "fake", name: str = "fake-1", cost_of=lambda n: 1e-3,
-                 device=None, template_version: str | None = None) -> None:
+                 device=None, template_version: str | None = None,
+                 leases_when: threading.Event | None = None) -> None:
         """``device``: the DeviceInfo it says it is (default: this host); ``template_version``:
-        that of the daemon's catalog (default: the testing catalog's)."""
+        that of the daemon's catalog (default: the testing catalog's); ``leases_when``: registered
+        and heartbeating, it takes work only once this is set."""
         self.channel = grpc.insecure_channel(address)
         self.stub = pb_grpc.AgentServiceStub(self.channel)
         caps = capabilities_to_proto(device or detect_device(), "test",
@@ -95,6 +97,7 @@ class FakeAgent:
                                                                protocol_version=PROTOCOL_VERSION,
                                                                parallel=1)).agent_id
         self.cost_of = cost_of
+        self.leases_when = leases_when
         self.reported = 0
         self._stop = threading.Event()
         self.thread = threading.Thread(target=self._serve, daemon=True)
@@ -104,6 +107,8 @@ class FakeAgent:
         while not self._stop.is_set():
             try:
                 self.stub.Heartbeat(pb.HeartbeatRequest(agent_id=self.agent_id), timeout=5)
+                if self.leases_when is not None and not self.leases_when.wait(0.2):
+                    continue
                 reply = self.stub.Lease(pb.LeaseRequest(agent_id=self.agent_id, max_candidates=2, wait_s=0.2),
                                         timeout=5)
                 for candidate in reply.candidates:
