@@ -3,6 +3,7 @@ agents of their key by priority, and jobs of equal priority take turns: none sta
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -89,3 +90,29 @@ def _finished(daemon, jobs) -> dict | None:
     if len(statuses) == len(jobs) and all(s.finished for s in statuses.values()):
         return statuses
     return None
+
+
+def test_tuner_agents_shows_a_thousand_agents_by_key(tmp_path, capsys):
+    """Issue 21, point 6: a large fleet is listed by key (one line each), one key's agents on asking."""
+    from tuner.cli import main as tuner_main
+
+    with TuningLog(f"sqlite:///{tmp_path / 'many.db'}") as log:
+        daemon = start_daemon(log, agent_timeout_s=300.0)
+        try:
+            for i in range(1000):
+                daemon.scheduler.register(f"board{i % 10}", f"board-{i}", {"arch": "aarch64", "cpu_model": "Cortex-A72",
+                                                                         "cores": 4})
+            assert tuner_main(["agents", "--tracker", daemon.address]) == 0
+            lines = capsys.readouterr().out.splitlines()
+            assert len(lines) == 11 and lines[-1] == "1000 agents: --key KEY lists a key's, --all every one"
+            assert lines[0] == "board0: 100 agents, 0 busy, 0 queued, 0 leased, 0 jobs"
+            assert tuner_main(["agents", "--tracker", daemon.address, "--key", "board3", "--json"]) == 0
+            view = json.loads(capsys.readouterr().out)
+            assert [k["key"] for k in view["keys"]] == ["board3"] and len(view["agents"]) == 100
+            assert {a["name"] for a in view["agents"]} == {f"board-{i}" for i in range(3, 1000, 10)}
+            assert tuner_main(["agents", "--tracker", daemon.address, "--all"]) == 0
+            assert len(capsys.readouterr().out.splitlines()) == 1010
+            assert tuner_main(["agents", "--tracker", daemon.address, "--key", "nobody"]) == 0
+            assert capsys.readouterr().out.strip() == "no agents of key nobody"
+        finally:
+            daemon.stop()

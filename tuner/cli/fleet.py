@@ -18,6 +18,9 @@ from tuner.cli.common import (
 )
 from tuner.cli.jobs_view import print_summary, status_line, watch_with_progress
 
+# `tuner agents` lists each agent of a fleet up to this size; beyond, it shows the keys (--key, --all)
+AGENTS_LISTED = 64
+
 
 def _tracker(p: argparse.ArgumentParser) -> None:
     add_tracker_argument(p, "the daemon", required=True)
@@ -48,8 +51,13 @@ def register(subparsers) -> None:
             p.add_argument("--json", action="store_true")
         p.set_defaults(func=func)
 
-    agents = subparsers.add_parser("agents", help="the fleet: agents per device key, busy ones, queued candidates")
+    agents = subparsers.add_parser(
+        "agents", help="the fleet: agents per device key, busy ones, queued candidates",
+        description=f"The fleet by device key. Each agent is listed when the fleet has at most {AGENTS_LISTED} "
+                    "(--all: always); a larger fleet shows its keys, and --key KEY lists one key's agents.")
     _tracker(agents)
+    agents.add_argument("--key", type=device_key_type, help="list this device key's agents only")
+    agents.add_argument("--all", action="store_true", help="list every agent, however large the fleet")
     agents.add_argument("--json", action="store_true")
     agents.set_defaults(func=run_agents)
 
@@ -107,7 +115,10 @@ def run_cancel(args: argparse.Namespace) -> int:
 
 def run_agents(args: argparse.Namespace) -> int:
     with fleet_client(args) as client:
-        fleet = _fleet_call(client.agents)
+        fleet = _fleet_call(lambda: client.agents(keys_only=True))
+        listed = args.key or args.all or sum(k.agents for k in fleet.keys) <= AGENTS_LISTED
+        if listed:
+            fleet = _fleet_call(lambda: client.agents(key=args.key))
     if args.json:
         data = {"keys": [k.to_json() for k in fleet.keys], "agents": [a.to_json() for a in fleet.agents],
                 "refused": [r.to_json() for r in fleet.refused],
@@ -117,7 +128,7 @@ def run_agents(args: argparse.Namespace) -> int:
     if fleet.leader:
         print(f"leader: {fleet.leader} (epoch {fleet.leader_epoch})")
     if not fleet.keys:
-        print("no agents")
+        print(f"no agents of key {args.key}" if args.key else "no agents")
     for key in fleet.keys:
         print(f"{key.key}: {key.agents} agents, {key.busy_agents} busy, {key.queued_candidates} queued, "
               f"{key.leased_candidates} leased, {key.jobs} jobs")
@@ -126,6 +137,8 @@ def run_agents(args: argparse.Namespace) -> int:
             print(f"    {a.name:<20} {device.arch} {device.cpu_model} {device.cores} cores "
                   f"[{' '.join(device.isa_features)}] numba {device.numba_version} "
                   f"{_agent_state(a)}  heartbeat {a.seconds_since_heartbeat:.1f}s ago")
+    if not listed:
+        print(f"{sum(k.agents for k in fleet.keys)} agents: --key KEY lists a key's, --all every one")
     if fleet.refused:
         print("refused registrations (a refused agent exits and is not restarted: install the daemon's version, "
               "then start it again):")

@@ -111,8 +111,9 @@ class FleetClient:
         except (ValueError, json.JSONDecodeError) as exc:
             raise InvalidRequest(f"malformed measurement from the daemon: {exc}") from None
 
-    def agents(self) -> FleetView:
-        return fleet_from_proto(self._call("ListAgents", pb.ListAgentsRequest()))
+    def agents(self, key: str | None = None, keys_only: bool = False) -> FleetView:
+        """The fleet: every key's counts, and the agents (of ``key`` only; none with ``keys_only``)."""
+        return fleet_from_proto(self._call("ListAgents", pb.ListAgentsRequest(key=key or "", keys_only=keys_only)))
 
     def watch(self, job_id: int, reconnect_s: float = 600.0) -> Iterator[JobStatus]:
         """Status after every change until the job ends.

@@ -186,7 +186,13 @@ class ClientService(pb_grpc.ClientServiceServicer):
         return _measure_configs(self, request, context)
 
     def ListAgents(self, request: pb.ListAgentsRequest, context: grpc.ServicerContext) -> pb.AgentList:
-        return fleet_to_proto(fleet_view(self.scheduler, self.manager, self.gate))
+        if request.key:
+            try:
+                check_device_key(request.key)
+            except DeviceKeyError as exc:
+                abort(context, InvalidRequest(str(exc)))
+        return fleet_to_proto(fleet_view(self.scheduler, self.manager, self.gate, key=request.key or None,
+                                         keys_only=request.keys_only))
 
 
 def _measure_configs(service: "ClientService", request: pb.MeasureRequest, context: grpc.ServicerContext):

@@ -302,8 +302,12 @@ class KeyInfo(_message.Message):
     def __init__(self, key: _Optional[str] = ..., agents: _Optional[int] = ..., busy_agents: _Optional[int] = ..., queued_candidates: _Optional[int] = ..., leased_candidates: _Optional[int] = ..., jobs: _Optional[int] = ...) -> None: ...
 
 class ListAgentsRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("key", "keys_only")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    KEYS_ONLY_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    keys_only: bool
+    def __init__(self, key: _Optional[str] = ..., keys_only: bool = ...) -> None: ...
 
 class MeasureRequest(_message.Message):
     __slots__ = ("workload", "target", "device_key", "configs_json", "timing", "wait_timeout_s")
