@@ -7,6 +7,7 @@ import json
 import os
 import platform
 import re
+import struct
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
 
@@ -122,12 +123,106 @@ _ARM_PARTS = {
 _GENERIC_MODEL = re.compile(r"^(ARMv\d|BCM\d|$)", re.IGNORECASE)
 
 
-def _read(path: str) -> str:
+def _read_bytes(path: str) -> bytes:
     try:
         with open(path, "rb") as fh:
-            return fh.read().decode(errors="replace").replace("\x00", "")
+            return fh.read()
     except OSError:
-        return ""
+        return b""
+
+
+def _read(path: str) -> str:
+    return _read_bytes(path).decode(errors="replace").replace("\x00", "")
+
+
+# -- the auxiliary vector: what the kernel (or qemu-user) says this process's CPU offers ----------
+
+AT_HWCAP = 16
+AT_HWCAP2 = 26
+# aarch64 HWCAP and HWCAP2 bits, in bit order, named as /proc/cpuinfo names them (Linux,
+# arch/arm64/include/uapi/asm/hwcap.h and arch/arm64/kernel/cpuinfo.c).
+AARCH64_HWCAP = (
+    "fp", "asimd", "evtstrm", "aes", "pmull", "sha1", "sha2", "crc32", "atomics", "fphp", "asimdhp", "cpuid",
+    "asimdrdm", "jscvt", "fcma", "lrcpc", "dcpop", "sha3", "sm3", "sm4", "asimddp", "sha512", "sve", "asimdfhm",
+    "dit", "uscat", "ilrcpc", "flagm", "ssbs", "sb", "paca", "pacg",
+)
+AARCH64_HWCAP2 = (
+    "dcpodp", "sve2", "sveaes", "svepmull", "svebitperm", "svesha3", "svesm4", "flagm2", "frint", "svei8mm",
+    "svef32mm", "svef64mm", "svebf16", "i8mm", "bf16", "dgh", "rng", "bti", "mte", "ecv", "afp", "rpres",
+    "mte3", "sme", "sme_i16i64", "sme_f64f64", "sme_i8i32", "sme_f16f32", "sme_b16f32", "sme_f32f32",
+    "sme_fa64", "wfxt", "ebf16", "sve_ebf16", "cssc", "rprfm", "sve2p1", "sme2", "sme2p1", "sme_i16i32",
+    "sme_bi32i32", "sme_b16b16", "sme_f16f16", "mops", "hbc", "sve_b16b16", "lrcpc3", "lse128",
+)
+
+
+def parse_auxv(data: bytes) -> dict[int, int]:
+    """The entries of a 64-bit little-endian ``/proc/self/auxv`` (type, value pairs up to AT_NULL)."""
+    entries: dict[int, int] = {}
+    for offset in range(0, len(data) - 15, 16):
+        kind, value = struct.unpack_from("<QQ", data, offset)
+        if kind == 0:
+            break
+        entries[kind] = value
+    return entries
+
+
+def aarch64_hwcap_features(auxv: dict[int, int]) -> set[str]:
+    """The aarch64 features the HWCAP words of ``auxv`` name (empty without them)."""
+    features: set[str] = set()
+    for kind, names in ((AT_HWCAP, AARCH64_HWCAP), (AT_HWCAP2, AARCH64_HWCAP2)):
+        word = auxv.get(kind, 0)
+        features.update(name for bit, name in enumerate(names) if word >> bit & 1)
+    return features
+
+
+def arch_family(machine: str) -> str:
+    """``x86``, ``arm`` or empty, of a ``platform.machine()`` name."""
+    machine = machine.lower()
+    if machine in ("x86_64", "amd64", "i386", "i686"):
+        return "x86"
+    if machine.startswith(("aarch64", "arm")):
+        return "arm"
+    return ""
+
+
+def cpuinfo_family(text: str) -> str:
+    """``x86``, ``arm`` or empty: the kind of CPU a ``/proc/cpuinfo`` describes. Under qemu-user it
+    is the host's, not the emulated program's."""
+    keys = {line.split(":", 1)[0].strip().lower() for line in text.splitlines() if ":" in line}
+    if "vendor_id" in keys or "flags" in keys:
+        return "x86"
+    if "cpu implementer" in keys or "features" in keys:
+        return "arm"
+    return ""
+
+
+@dataclass(frozen=True)
+class CpuDescription:
+    """A CPU's model name and recorded ISA features, and whether it is emulated on another kind."""
+
+    model: str
+    isa_features: tuple[str, ...]
+    emulated_on: str = ""  # "x86" for an aarch64 program under qemu-user on an x86 host
+
+
+def describe_cpu(arch: str, cpuinfo: str, auxv: bytes = b"") -> CpuDescription:
+    """Architecture first: ``arch`` (``platform.machine()``) says what code runs here; ``cpuinfo``
+    names the model, and its features unless the auxiliary vector ``auxv`` (aarch64) names them.
+
+    Under qemu-user /proc/cpuinfo is the host's: an aarch64 program on an x86 host reads Intel
+    flags there. Such a CPU is "emulated on x86 @ <host model>", with the features from the auxv
+    (which qemu writes for the emulated CPU), never the host's.
+    """
+    model, flags = parse_cpuinfo(cpuinfo)
+    own, host = arch_family(arch), cpuinfo_family(cpuinfo)
+    emulated_on = host if own and host and own != host else ""
+    if emulated_on:
+        model, flags = f"emulated on {emulated_on} @ {model or 'unknown'}", ()
+    if arch.lower() == "aarch64" and auxv:
+        hwcap = aarch64_hwcap_features(parse_auxv(auxv))
+        if hwcap:
+            flags = tuple(f for f in RECORDED_ISA_FEATURES if f in hwcap)
+    return CpuDescription(model, flags, emulated_on)
 
 
 def parse_cpuinfo(text: str) -> tuple[str, tuple[str, ...]]:
@@ -269,7 +364,7 @@ def _detect_gpu_once() -> tuple[tuple[str, str], ...]:
 @functools.lru_cache(maxsize=1)
 def host_cpu_model() -> str:
     """This host's CPU model name, as :func:`detect_device` records it, without the rest of it."""
-    model, _ = parse_cpuinfo(_read("/proc/cpuinfo"))
+    model = describe_cpu(platform.machine(), _read("/proc/cpuinfo")).model
     return model or platform.processor() or "unknown"
 
 
@@ -280,17 +375,24 @@ def detect_device(
     arch: str | None = None,
     cores: int | None = None,
     gpu: dict[str, str] | None = None,
+    auxv_path: str | None = None,
 ) -> DeviceInfo:
-    """Describe this host.
+    """Describe this host (see :func:`describe_cpu`: the architecture first, then its features).
 
     The keywords replace what is read from the running host rather than from the files, so that a
-    recorded ``cpuinfo`` and device-tree ``model`` of another machine describe that machine:
-    ``arch`` (default: ``platform.machine()``), ``cores`` (default: the CPUs this process may use)
-    and ``gpu`` (``DeviceInfo.extra`` GPU entries; default: :func:`detect_gpu`, ``{}`` for none).
+    recorded ``cpuinfo``, device-tree ``model`` and ``auxv`` of another machine describe that
+    machine: ``arch`` (default: ``platform.machine()``), ``cores`` (default: the CPUs this process
+    may use), ``gpu`` (``DeviceInfo.extra`` GPU entries; default: :func:`detect_gpu`, ``{}`` for
+    none) and ``auxv_path`` (default: this process's, unless ``arch`` names another machine).
     """
+    if auxv_path is None and arch is None:
+        auxv_path = "/proc/self/auxv"
+    arch = arch or platform.machine() or "unknown"
     cpuinfo = _read(cpuinfo_path)
-    model, flags = parse_cpuinfo(cpuinfo)
-    board = recognise_board(_read(board_path), cpuinfo)
+    cpu = describe_cpu(arch, cpuinfo, _read_bytes(auxv_path) if auxv_path else b"")
+    model, flags = cpu.model, cpu.isa_features
+    # the host's board is not the emulated program's (and an x86 host has none anyway)
+    board = "" if cpu.emulated_on else recognise_board(_read(board_path), cpuinfo)
     try:
         import llvmlite.binding as llvm
 
@@ -304,7 +406,7 @@ def detect_device(
     if cores is None:
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return DeviceInfo(
-        arch=arch or platform.machine() or "unknown",
+        arch=arch,
         cpu_model=model or platform.processor() or "unknown",
         cores=cores,
         isa_features=flags,

@@ -1,9 +1,10 @@
-"""Device detection from recorded /proc files: x86 server, Jetson Orin, Raspberry Pi 4 and 5; GPUs.
+"""Device detection from recorded /proc files: x86 server, Jetson Orin, Raspberry Pi 4 and 5, an
+aarch64 program under qemu-user on x86; GPUs.
 
 Each directory under tests/data/devices/ holds a machine's /proc/cpuinfo, its device-tree
-``model`` (NUL-terminated, as the kernel writes it; absent on x86) and ``facts.json``: what the
-files cannot say (architecture, usable cores, the GPU numba.cuda reports) and what detection must
-conclude.
+``model`` (NUL-terminated, as the kernel writes it; absent on x86 and under emulation), where
+recorded its ``/proc/self/auxv`` and ``facts.json``: what the files cannot say (architecture,
+usable cores, the GPU numba.cuda reports) and what detection must conclude.
 """
 
 from __future__ import annotations
@@ -19,12 +20,17 @@ import pytest
 
 from measure_agent import device as device_module
 from measure_agent.device import (
+    AT_HWCAP,
+    AT_HWCAP2,
     DeviceInfo,
+    aarch64_hwcap_features,
     board_family,
     board_slug,
     detect_device,
+    describe_cpu,
     detect_gpu,
     gpu_facts,
+    parse_auxv,
     parse_cpuinfo,
     recognise_board,
 )
@@ -40,13 +46,15 @@ def recorded(name: str, with_device_tree: bool = True) -> tuple[DeviceInfo, dict
     directory = DEVICES / name
     facts = json.loads((directory / "facts.json").read_text())
     board_path = directory / "model" if with_device_tree else directory / "no-such-file"
+    auxv = directory / "auxv"
     info = detect_device(str(directory / "cpuinfo"), str(board_path), arch=facts["arch"], cores=facts["cores"],
-                         gpu=facts["gpu"])
+                         gpu=facts["gpu"], auxv_path=str(auxv) if auxv.exists() else None)
     return info, facts
 
 
-def test_all_four_machines_are_recorded():
-    assert RECORDED == ["jetson_orin_nano", "raspberry_pi_4", "raspberry_pi_5", "x86_avx512_server"]
+def test_all_five_machines_are_recorded():
+    assert RECORDED == ["jetson_orin_nano", "qemu_user_aarch64_on_x86", "raspberry_pi_4", "raspberry_pi_5",
+                        "x86_avx512_server"]
 
 
 @pytest.mark.parametrize("name", RECORDED)
@@ -211,3 +219,61 @@ def test_detection_on_a_cpu_only_host_never_imports_numba_cuda():
         if driver == "True" and not env_extra:
             continue  # a GPU host: detection may ask numba
         assert imported == "False" and extra.strip() == "[]"
+
+
+# -- aarch64 under qemu-user: the architecture first, the features from the auxiliary vector --------
+
+
+def auxv_bytes(entries: dict[int, int]) -> bytes:
+    import struct
+
+    return b"".join(struct.pack("<QQ", kind, value) for kind, value in [*entries.items(), (0, 0)])
+
+
+def test_qemu_user_aarch64_on_x86_is_an_emulated_aarch64_device_never_the_x86_host():
+    """qemu-user passes the host's /proc/cpuinfo through: detection must not take the x86 flags
+    (which would give the agent AVX2 spaces and an x86-looking key) nor the host's model as its own."""
+    info, _ = recorded("qemu_user_aarch64_on_x86")
+    assert info.arch == "aarch64" and info.cpu_model.startswith("emulated on x86 @ ")
+    assert not set(info.isa_features) & {"sse4_2", "avx", "avx2", "fma", "avx512f"}
+    assert "asimd" in info.isa_features
+    x86_model, x86_flags = parse_cpuinfo((DEVICES / "qemu_user_aarch64_on_x86" / "cpuinfo").read_text())
+    assert "avx2" in x86_flags and info.cpu_model == f"emulated on x86 @ {x86_model}"  # the host it is on
+
+
+def test_the_auxv_hwcap_words_name_aarch64_features_in_kernel_bit_order():
+    auxv = parse_auxv(auxv_bytes({3: 0x40, AT_HWCAP: 0b11 | 1 << 10 | 1 << 20 | 1 << 22, AT_HWCAP2: 0b10}))
+    assert auxv[AT_HWCAP] == 0x500403 and auxv[3] == 0x40
+    assert aarch64_hwcap_features(auxv) == {"fp", "asimd", "asimdhp", "asimddp", "sve", "sve2"}
+    assert parse_auxv(b"") == {} and aarch64_hwcap_features({}) == set()
+    # entries after AT_NULL are not read
+    assert parse_auxv(auxv_bytes({AT_HWCAP: 2}) + auxv_bytes({AT_HWCAP2: 2})) == {AT_HWCAP: 2}
+
+
+def test_a_real_aarch64_host_takes_its_features_from_the_auxv_and_its_model_from_cpuinfo():
+    pi4 = (DEVICES / "raspberry_pi_4" / "cpuinfo").read_text()
+    with_auxv = describe_cpu("aarch64", pi4, auxv_bytes({AT_HWCAP: 0b11 | 1 << 20}))
+    assert (with_auxv.model, with_auxv.isa_features, with_auxv.emulated_on) == ("ARM Cortex-A72",
+                                                                                ("asimd", "asimddp"), "")
+    assert describe_cpu("aarch64", pi4).isa_features == ("asimd",)  # no auxv: cpuinfo's Features
+    # x86 hosts are as before, and never read an auxv as aarch64 HWCAP bits
+    x86 = (DEVICES / "x86_avx512_server" / "cpuinfo").read_text()
+    assert describe_cpu("x86_64", x86, auxv_bytes({AT_HWCAP: 0xFFFF})) == describe_cpu("x86_64", x86)
+
+
+def test_an_emulated_program_without_an_auxv_claims_no_features_rather_than_the_hosts():
+    x86 = (DEVICES / "x86_avx512_server" / "cpuinfo").read_text()
+    cpu = describe_cpu("aarch64", x86)
+    assert cpu.emulated_on == "x86" and cpu.isa_features == ()
+    assert DeviceInfo("aarch64", cpu.model, 4, cpu.isa_features).default_key == "aarch64-emulated-on-x86-4c"
+    # and x86 emulated on an arm host (qemu-user the other way round) likewise
+    pi4 = (DEVICES / "raspberry_pi_4" / "cpuinfo").read_text()
+    assert describe_cpu("x86_64", pi4).model == "emulated on arm @ ARM Cortex-A72"
+
+
+def test_a_recorded_machine_never_reads_the_running_hosts_auxv(monkeypatch):
+    """``arch=`` describes another machine: this process's auxv (x86 here) must not be taken as its HWCAP."""
+    read = []
+    monkeypatch.setattr(device_module, "_read_bytes", lambda path: read.append(path) or b"")
+    recorded("raspberry_pi_4")
+    assert "/proc/self/auxv" not in read

@@ -74,7 +74,7 @@ class MeasureEngine:
         self._all_workers = [WorkerProcess(catalog, self.cache_dir) for _ in range(build_workers)]
         for worker in self._all_workers:
             self._builders.put(worker)
-        self._runner = WorkerProcess(catalog, self.cache_dir)
+        self._runner = WorkerProcess(catalog, self.cache_dir, role="run")
         self._pool = ThreadPoolExecutor(max_workers=build_workers, thread_name_prefix="tunefleet-build")
         self._build_lock = threading.Lock()
         self._run_lock = threading.Lock()

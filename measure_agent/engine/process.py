@@ -15,6 +15,9 @@ from pathlib import Path
 from measure_agent.engine.build import worker_environment
 
 
+WORKER_ROLES = ("build", "run")
+
+
 class WorkerCrashed(Exception):
     """The worker process died while handling a request."""
 
@@ -30,11 +33,17 @@ class WorkerTimedOut(Exception):
 
 
 class WorkerProcess:
-    """One ``python -m measure_agent.engine.worker`` child, restarted on demand."""
+    """One ``python -m measure_agent.engine.worker`` child, restarted on demand.
 
-    def __init__(self, catalog: str, cache_dir: Path) -> None:
+    ``role`` (``build`` or ``run``) goes on the worker's command line, so that an operator (and
+    deploy/arm/smoke.sh, which reports a build worker's peak memory) can tell the two apart."""
+
+    def __init__(self, catalog: str, cache_dir: Path, role: str = "build") -> None:
+        if role not in WORKER_ROLES:
+            raise ValueError(f"worker role must be one of {', '.join(WORKER_ROLES)}, not {role!r}")
         self.catalog = catalog
         self.cache_dir = cache_dir
+        self.role = role
         self._proc: subprocess.Popen | None = None
         self._stderr_path: str | None = None
         self._buffer = b""
@@ -45,7 +54,7 @@ class WorkerProcess:
         fd, self._stderr_path = tempfile.mkstemp(prefix="tunefleet-worker-", suffix=".log")
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "measure_agent.engine.worker", "--catalog", self.catalog,
-             "--cache-dir", str(self.cache_dir)],
+             "--cache-dir", str(self.cache_dir), "--role", self.role],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=fd,

@@ -284,6 +284,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--catalog", default="default")
     parser.add_argument("--cache-dir", required=True)
+    # what the parent uses this worker for; only shown (ps, /proc/PID/cmdline): both roles serve both ops
+    parser.add_argument("--role", choices=("build", "run"), default="build")
     args = parser.parse_args(argv)
     # Protocol answers go to a private copy of stdout; fd 1 now points at stderr for kernel prints.
     reply = os.fdopen(os.dup(1), "w", buffering=1)
