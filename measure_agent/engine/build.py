@@ -14,12 +14,14 @@ import functools
 import hashlib
 import importlib.util
 import os
+import platform
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Callable
 
+from measure_agent.device import arch_family
 from measure_agent.engine.kernel_cache import mark_used
 from measure_agent.templates.base import KernelSource
 
@@ -34,7 +36,7 @@ NUMBA_ENVIRONMENT = {"NUMBA_SLP_VECTORIZE": "1", "NUMBA_OPT": "3"}
 WORKER_ENVIRONMENT_DEFAULTS = {"OMP_WAIT_POLICY": "passive"}
 
 
-def codegen_environment(host_features: str | None = None) -> dict[str, str]:
+def codegen_environment(host_features: str | None = None, arch: str | None = None) -> dict[str, str]:
     """numba code-generation settings for this host, defaults an operator may override by exporting
     them; every process that compiles or loads kernels must use the same (numba's disk cache is
     keyed by them).
@@ -43,8 +45,12 @@ def codegen_environment(host_features: str | None = None) -> dict[str, str]:
     prefers 256-bit vectors, so numba emitted AVX2-width code there: the default 1024^3 matmul ran at
     146 GFLOPS on a 2-core Emerald Rapids, 292 with 512-bit vectors (OpenBLAS: 300). Turning the
     preference off is a no-op on CPUs without it (AMD Zen 4/5). ``host_features``: LLVM's feature
-    string (``+avx2,-avx512f,...``), read from the host when None.
+    string (``+avx2,-avx512f,...``), read from the host when None; ``arch``: ``platform.machine()``
+    when None. Only x86 hosts get settings: an aarch64 agent under qemu-user on an x86 host must
+    never be told the host's features (LLVM may read them from the host's /proc/cpuinfo).
     """
+    if arch_family(arch or platform.machine()) != "x86":
+        return {}
     if host_features is None:
         host_features = _host_cpu_features()
     if "+avx512f" not in host_features.split(","):
