@@ -85,3 +85,65 @@ def test_aarch64_code_generation_gets_no_x86_settings():
     assert build.codegen_environment("+neon,+v8a", arch="aarch64") == {}
     assert build.codegen_environment("+64bit,+avx2,+avx512f,+fma", arch="x86_64") == {
         "NUMBA_CPU_FEATURES": "+64bit,+avx2,+avx512f,+fma,-prefer-256-bit"}
+
+
+# -- deploy/arm/smoke.sh's checks (pi_cost.py), on recorded trials --------------------------------
+
+
+def load_pi_cost():
+    import importlib.util
+
+    path = Path(__file__).parent.parent / "deploy" / "arm" / "pi_cost.py"
+    spec = importlib.util.spec_from_file_location("pi_cost", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def exported_trial(device: DeviceInfo, name: str, status: str = "ok", compile_s: float = 30.0) -> str:
+    import json
+
+    workload = parse_workload(name)
+    catalog = default_catalog()
+    space = catalog.space(workload, "cpu", device)
+    config = catalog.get(workload.op, "cpu").default_config(workload, space)
+    return json.dumps({"workload": workload.key, "device_key": device.default_key, "status": status,
+                       "config": config.to_json(), "compile_time_s": compile_s, "message": "",
+                       "device_info": device.to_json()}) + "\n"
+
+
+def test_the_smoke_accepts_neon_trials_of_the_emulated_agent_and_prints_the_ratios(emulated, tmp_path):
+    pi_cost = load_pi_cost()
+    export = tmp_path / "trials.jsonl"
+    export.write_text(exported_trial(emulated, "matmul_64x64x64", compile_s=20.0)
+                      + exported_trial(emulated, "dense_16x64x64", compile_s=40.0)
+                      + exported_trial(AVX2, "matmul_64x64x64", compile_s=3.0))
+    summary = pi_cost.check(export, emulated.default_key, "aarch64", "asimd", "neon",
+                            ["matmul_64x64x64", "dense_16x64x64"])
+    assert summary["trials"] == 2 and summary["compile_median_s"] == 30.0 and summary["float32_lanes"] == 4
+    x86 = dict(summary, key=AVX2.default_key, compile_median_s=3.0, compile_max_s=3.0, idle_rss_mib=100.0,
+               build_worker_peak_mib=500.0, float32_lanes=8)
+    arm = dict(summary, idle_rss_mib=170.0, build_worker_peak_mib=650.0)
+    table = pi_cost.table(arm, x86)
+    assert "1.7x" in table and "1.3x" in table and "10.0x" in table
+
+
+@pytest.mark.parametrize("problem, message", [("status", "is wrong_result"), ("x86 device", "measured on x86_64"),
+                                              ("x86 space", "not in the neon space"),
+                                              ("missing workload", "no trial of dense")])
+def test_the_smoke_refuses_what_is_not_an_aarch64_trial(emulated, tmp_path, problem, message):
+    pi_cost = load_pi_cost()
+    export = tmp_path / "trials.jsonl"
+    if problem == "status":
+        export.write_text(exported_trial(emulated, "matmul_64x64x64", status="wrong_result"))
+    elif problem == "x86 device":  # an x86 agent that joined under the aarch64 key
+        lines = exported_trial(AVX2, "matmul_64x64x64").replace(AVX2.default_key, emulated.default_key)
+        export.write_text(lines)
+    elif problem == "x86 space":  # an aarch64 device whose features a broken detection took from the host
+        x86_flags = DeviceInfo("aarch64", emulated.cpu_model, 2, ("asimd", "avx2"))
+        export.write_text(exported_trial(x86_flags, "matmul_64x64x64").replace(x86_flags.default_key,
+                                                                               emulated.default_key))
+    else:
+        export.write_text(exported_trial(emulated, "matmul_64x64x64"))
+    with pytest.raises(SystemExit, match=message):
+        pi_cost.check(export, emulated.default_key, "aarch64", "asimd", "neon", ["matmul_64x64x64", "dense_16x64x64"])

@@ -86,7 +86,8 @@ if [ ! -e "$cache/wheels/.constraints-$constraints_sum" ]; then
   rm -rf "$cache/wheels"
   "$python" -m pip download -q --only-binary=:all: --implementation cp --python-version 3.11 \
       --platform manylinux_2_28_aarch64 --platform manylinux_2_17_aarch64 --platform manylinux2014_aarch64 \
-      -c deploy/constraints.txt -d "$cache/wheels" "$wheel" || fail "pip download of the aarch64 wheels"
+      -c deploy/constraints.txt -d "$cache/wheels" "$wheel" 2>"$work/pip-download.log" \
+    || { tail -n 5 "$work/pip-download.log" >&2; fail "pip download of the aarch64 wheels"; }
   rm -f "$cache"/wheels/tunefleet-*.whl
   touch "$cache/wheels/.constraints-$constraints_sum"
 fi
@@ -163,4 +164,21 @@ EOF
 done
 grep -h "" "$work/verify.log" | grep -iE "ok|pass|fail|error" | tail -n 6 >&2 || true
 "$python" deploy/arm/pi_cost.py table "$work/arm.json" "$work/x86.json"
+
+# -- the Jetson image, where docker can build it for arm64 ---------------------------------------------
+# Its base (nvcr.io/nvidia/l4t-jetpack) is some 8 GB from NVIDIA's registry; the agent in it is the
+# same code as the rootfs's, so what is checked is that it installs and detects an aarch64 device.
+if ! docker info >/dev/null 2>&1; then
+  say "Jetson image: not built: no docker daemon answers here ($(docker info 2>&1 | grep -m1 -iE 'cannot connect|error' || echo 'docker info fails'))"
+elif ! docker buildx build --platform linux/arm64 -f deploy/Dockerfile.agent-jetson -t tunefleet-agent-jetson:smoke \
+    --load . >"$work/jetson-build.log" 2>&1; then
+  say "Jetson image: not built for linux/arm64 here: $(tail -n 1 "$work/jetson-build.log")"
+else
+  jetson_key="$(docker run --rm --platform linux/arm64 tunefleet-agent-jetson:smoke info \
+      | "$python" -c 'import json, sys; print(json.load(sys.stdin)["device_key"])')"
+  case "$jetson_key" in
+    aarch64-*-asimd*) say "Jetson image: built; its agent detects $jetson_key" ;;
+    *) fail "the Jetson image's agent detects key '$jetson_key', not an aarch64 one" ;;
+  esac
+fi
 echo "smoke: passed in $(( $(date +%s) - started_at )) s"
