@@ -131,3 +131,22 @@ def test_codegen_environment_turns_off_llvms_256_bit_preference_on_avx512_hosts_
     assert env["NUMBA_CPU_FEATURES"].endswith("-prefer-256-bit") and env["NUMBA_OPT"] == "3"
     monkeypatch.setenv("NUMBA_CPU_FEATURES", "+avx2")
     assert build.worker_environment()["NUMBA_CPU_FEATURES"] == "+avx2"
+
+
+def test_workers_show_their_role_on_the_command_line(tmp_path):
+    """deploy/arm/smoke.sh finds the build workers by it (their peak memory is what a Pi pays)."""
+    from pathlib import Path
+
+    from measure_agent.engine.process import WorkerProcess
+
+    timing = TimingConfig(number=1, repeat=1, min_repeat_ms=0, run_timeout_s=5, build_timeout_s=60)
+    with MeasureEngine(timing, build_workers=2, catalog="testing", cache_dir=tmp_path) as engine:
+        assert [w.role for w in engine._all_workers] == ["build", "build"] and engine._runner.role == "run"
+        [result] = engine.measure([candidate("ok")])
+        assert result.status == MeasureStatus.OK
+        cmdlines = [Path(f"/proc/{w._proc.pid}/cmdline").read_bytes().split(b"\0")
+                    for w in (*engine._all_workers, engine._runner) if w.alive]
+        roles = sorted(c[c.index(b"--role") + 1].decode() for c in cmdlines)
+        assert "build" in roles and "run" in roles
+    with pytest.raises(ValueError, match="worker role must be one of build, run"):
+        WorkerProcess("testing", tmp_path, role="compile")
