@@ -255,3 +255,42 @@ def test_random_draws_find_the_last_unseen_configs_of_a_mostly_explored_space():
     found = strategy.random_new(5)
     assert sorted(c.digest for c in found) == sorted(c.digest for c in left)
     assert strategy.random_new(1) == []  # now it is exhausted
+
+
+def test_children_are_new_crossovers_of_the_elite():
+    """Breeding without random mutation: children are new valid crossovers of the measured elite
+    (only a child that would equal a parent is mutated, to be new)."""
+    space = synthetic_space()
+    strategy = make_strategy("ga", space, seed=3)
+    measured = strategy.propose(40)
+    strategy.observe([Observation(c, cost(c)) for c in measured])
+    ranked = sorted((c for c in measured if cost(c) is not None), key=cost)[:8]
+    elite_values = {k: {c[k] for c in ranked} for k in ("x", "y", "z")}
+    children = strategy.breed(10, population=8, mutation_rate=0.0)
+    assert len(children) == 10
+    seen = {c.digest for c in measured}
+    for child in children:
+        assert space.is_valid(child) and child.digest not in seen
+        seen.add(child.digest)
+    inherited = [all(child[k] in elite_values[k] for k in ("x", "y", "z")) for child in children]
+    assert sum(inherited) >= len(children) // 2
+    # the random configs measured first are mostly far from the elite's values: breeding is not random
+    assert sum(all(c[k] in elite_values[k] for k in ("x", "y", "z")) for c in measured[:10]) < 5
+
+
+def test_the_default_breeds_from_its_elite_once_its_model_stalls():
+    """Costs that never improve after the first batches: the default stops trusting its model
+    alone and part of each later batch is bred from the best measured configs."""
+    space = synthetic_space()
+    strategy = make_strategy(DEFAULT_STRATEGY, space, seed=0, stall_batches=2)
+    bred_calls = []
+    original = strategy.breed
+    strategy.breed = lambda n, *a, **k: bred_calls.append(n) or original(n, *a, **k)
+    for _ in range(3):
+        batch = strategy.propose(8)
+        strategy.observe([Observation(c, 1.0) for c in batch])  # a flat objective: no progress
+    assert not bred_calls  # the first batch set the best, the next two did not beat it
+    for _ in range(3):
+        batch = strategy.propose(8)
+        strategy.observe([Observation(c, 1.0) for c in batch])
+    assert len(bred_calls) == 3 and sum(bred_calls) >= 6

@@ -131,6 +131,67 @@ class IndexedStrategy(SearchStrategy):
                 break
         return np.array(list(rows.values())[:pool], dtype=np.int64).reshape(-1, width)
 
+    # -- breeding from the measured elite (the genetic algorithm, and the default once it stalls) ----
+    def default_mutation_rate(self) -> float:
+        """One knob in ``movable`` on average, at least 0.1 per knob."""
+        movable = int(np.count_nonzero(self.index.sizes > 1))
+        return max(0.1, 1.0 / max(movable, 1))
+
+    def breed(self, n: int, population: int, mutation_rate: float, tournament: int = 2) -> list[Config]:
+        """Up to ``n`` never-seen valid children of the ``population`` fastest measured configs
+        (failed ones never breed while two succeeded): parents by tournament of ``tournament``,
+        uniform crossover, each knob mutated with probability ``mutation_rate`` (one knob at least
+        when a child equals a parent). When breeding keeps finding seen or invalid children, the
+        elite is mutated harder (two knobs). Fewer than ``n`` only when both find nothing new."""
+        ranked = self._ranked_observations()[:population]
+        out: list[Config] = []
+        if n <= 0 or len(ranked) < 2:
+            return out
+        elite = np.array([self._digits[i] for i in ranked])
+        ranks = np.arange(len(elite))
+        ok = np.array([self._costs[i] is not None for i in ranked])
+        pool = ranks[ok] if ok.sum() >= 2 else ranks
+        for _ in range(10):
+            if len(out) >= n:
+                break
+            m = 16 * (n - len(out))
+            a = self.rng.choice(pool, size=(m, tournament)).min(axis=1)  # lower rank = faster
+            b = self.rng.choice(pool, size=(m, tournament)).min(axis=1)
+            mask = self.rng.random((m, elite.shape[1])) < 0.5
+            children = self._mutate_values(np.where(mask, elite[a], elite[b]), mutation_rate)
+            same = np.all(children == elite[a], axis=1) | np.all(children == elite[b], axis=1)
+            if np.any(same):
+                children[same] = self._mutate_values(children[same], 1.0 / elite.shape[1], force=True)
+            out += self._claim_rows(children, n - len(out))
+        if len(out) < n:  # breeding found nothing new: mutate the elite harder
+            mutants = self.index.mutate(elite[self.rng.integers(len(elite), size=16 * n)], self.rng, 2)
+            out += self._claim_rows(mutants, n - len(out))
+        return out
+
+    def _mutate_values(self, digits: np.ndarray, rate: float, force: bool = False) -> np.ndarray:
+        """Each movable knob set to another value with probability ``rate`` (``force``: one more)."""
+        sizes = self.index.sizes
+        hit = (self.rng.random(digits.shape) < rate) & (sizes > 1)
+        if force:
+            movable = np.flatnonzero(sizes > 1)
+            if len(movable):
+                hit[np.arange(len(digits)), self.rng.choice(movable, size=len(digits))] = True
+        new = (digits + 1 + (self.rng.random(digits.shape) * np.maximum(sizes - 1, 1)).astype(np.int64)) % sizes
+        return np.where(hit, new, digits)
+
+    def _claim_rows(self, candidates: np.ndarray, n: int) -> list[Config]:
+        """The first ``n`` valid never-seen rows of ``candidates``, claimed, as configs."""
+        out: list[Config] = []
+        if n <= 0 or not len(candidates):
+            return out
+        for digits in candidates[self.index.valid_mask(candidates)]:
+            if len(out) >= n:
+                break
+            config = self._claim_digits(digits)
+            if config is not None:
+                out.append(config)
+        return out
+
     def _ranked_observations(self) -> list[int]:
         """Indices of observations, fastest first; failures last."""
         return sorted(range(len(self._costs)), key=lambda i: (self._costs[i] is None, self._costs[i] or 0.0, i))

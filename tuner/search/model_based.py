@@ -87,6 +87,8 @@ class XGBSearch(IndexedStrategy):
         prior_decay: float = 64.0,
         flat_ratio: float = 1.2,
         flat_min_samples: int = 8,
+        breed_share: float = 0.5,
+        breed_population: int = 20,
     ) -> None:
         super().__init__(space, seed)
         self.initial_random = initial_random
@@ -103,6 +105,9 @@ class XGBSearch(IndexedStrategy):
         self.anneal_steps = anneal_steps
         self.flat_ratio = flat_ratio
         self.flat_min_samples = flat_min_samples
+        self.breed_share = breed_share
+        self.breed_population = breed_population
+        self._breeding = False  # set once the model's picks stalled: part of each batch breeds
         self._auto = objective == "auto"
         self._random_keys: set[bytes] = set()  # uniform picks and the initial design: a near-unbiased sample
         self._random_costs: list[float] = []  # their measured costs (successes only)
@@ -134,6 +139,8 @@ class XGBSearch(IndexedStrategy):
         if observations:
             improved = self._best < best_before
             self._batches_since_improvement = 0 if improved else self._batches_since_improvement + 1
+            if self.stall_batches and self._batches_since_improvement >= self.stall_batches:
+                self._breeding = True
 
     def observe_prior(self, prior: Sequence[PriorObservation]) -> None:
         if not prior:
@@ -269,6 +276,13 @@ class XGBSearch(IndexedStrategy):
             eps = min(0.5, 2 * eps)  # progress stalled: explore more
         n_random = int(self.rng.binomial(n, eps)) if n > 1 else 0
         n_model = n - n_random
+        bred: list[Config] = []
+        if self._breeding and self.breed_share > 0 and n_model > 0:
+            # The model's picks stopped improving: from now on a share of every batch is bred from
+            # the measured elite, which keeps improving where the model's ranking has run dry.
+            n_bred = int(np.floor(n_model * self.breed_share + self.rng.random()))
+            bred = self.breed(n_bred, self.breed_population, self.default_mutation_rate())
+            n_model -= len(bred)
         cand_digits, scores = self._candidates()
         picks: list[Config] = []
         if local and self.local_share > 0 and n_model > 0 and self._best_row is not None:
@@ -278,7 +292,8 @@ class XGBSearch(IndexedStrategy):
         if local and self.value_share > 0 and n_model > len(picks):
             n_value = int(np.floor(n_model * self.value_share + self.rng.random()))
             picks += self._value_picks(cand_digits, scores, min(n_value, n_model - len(picks)))
-        picks += self._diverse(cand_digits, scores, n_model - len(picks), picks)
+        picks += self._diverse(cand_digits, scores, n_model - len(picks), bred + picks)
+        picks = bred + picks
         picks += self._random(n - len(picks))
         return picks
 
