@@ -12,7 +12,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from measure_agent.engine.build import worker_environment
+from measure_agent.engine.runtime import KernelRuntime
 
 
 class WorkerCrashed(Exception):
@@ -32,16 +32,18 @@ class WorkerTimedOut(Exception):
 class WorkerProcess:
     """One ``python -m measure_agent.engine.worker`` child, restarted on demand."""
 
-    def __init__(self, catalog: str, cache_dir: Path) -> None:
+    def __init__(self, catalog: str, cache_dir: Path, runtime: KernelRuntime | None = None) -> None:
         self.catalog = catalog
         self.cache_dir = cache_dir
+        self.runtime = runtime if runtime is not None else KernelRuntime.resolve()
         self._proc: subprocess.Popen | None = None
         self._stderr_path: str | None = None
         self._buffer = b""
         self._next_id = 0
 
     def start(self) -> None:
-        env = worker_environment()
+        # set before the child imports numba: what tuner.best_kernel applies in an application too
+        env = {**os.environ, **self.runtime.environment()}
         fd, self._stderr_path = tempfile.mkstemp(prefix="tunefleet-worker-", suffix=".log")
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "measure_agent.engine.worker", "--catalog", self.catalog,
