@@ -31,15 +31,22 @@ is opened read-only in spirit: never created or migrated (``TuningLog(create=Fal
 Compiling: the kernel source is written to the kernel cache (``cache_dir``, default
 ``$XDG_CACHE_HOME/tunefleet``, the tuner's own) and compiled by numba with ``cache=True``, so
 another process loads the machine code from disk instead of compiling; within a process each
-kernel is compiled once (memoised) however often ``best_kernel`` is called. numba reads its
-settings (:data:`~measure_agent.engine.build.NUMBA_ENVIRONMENT`: SLP vectorisation, ``-O3``; and
-:func:`~measure_agent.engine.build.codegen_environment`: 512-bit vectors on AVX-512 hosts) once,
-when imported: ``best_kernel`` puts them in ``os.environ`` (without overriding values already
-there) before importing numba. If the application imported numba earlier, they may not take effect
-for kernels compiled in this process (kernels loaded from the on-disk cache keep the code they were
-compiled with); results are correct either way, only speed may differ. ``numba_environment_applied``
-on the returned kernel says which case happened; import ``tuner`` and call ``best_kernel`` before
-numba to be sure, or export the variables in the application's environment.
+kernel is compiled once (memoised) however often ``best_kernel`` is called.
+
+Running as measured: ``best_kernel`` applies the same
+:class:`~measure_agent.engine.runtime.KernelRuntime` the engine's workers run with (threading layer,
+thread count, OpenMP wait policy, numba's code-generation settings: SLP vectorisation, ``-O3``,
+512-bit vectors on AVX-512 hosts), resolved the same way from the environment, then warms the
+kernel up as the run worker does before timing. The settings read back from numba are on the
+kernel as ``runtime_report``. numba reads the code-generation settings when imported and the
+threading ones when it starts its threads (at the first parallel call): if the application imported
+numba earlier, they may not take effect for kernels compiled in this process (kernels loaded from
+the on-disk cache keep the code they were compiled with), and if it already ran a parallel numba
+function, the threading layer and wait policy are the application's (the thread count is still set
+per call). Results are correct either way, only speed may differ. ``numba_environment_applied`` on
+the returned kernel says whether numba was imported after ``best_kernel`` applied them; import
+``tuner`` and call ``best_kernel`` before numba to be sure, or export the variables in the
+application's environment (docs/applying.md).
 """
 
 from __future__ import annotations
@@ -54,7 +61,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from measure_agent.engine.build import NUMBA_ENVIRONMENT, codegen_environment, default_kernel_cache_dir, source_digest
+from measure_agent.engine.build import default_kernel_cache_dir, source_digest
+from measure_agent.engine.runtime import KernelRuntime, RuntimeReport, runtime_in_effect
 from measure_agent.templates import KernelSource, default_catalog
 from measure_agent.workload import Workload, parse_workload
 
@@ -82,13 +90,15 @@ class TunedKernel:
     (``"tuned"``, ``"approximate"`` or ``"default"``) and the booleans ``tuned``, ``approximate``,
     ``is_default``; ``tuned_workload`` and ``device_key`` (where the config was measured; ``None``
     for the default), ``mean_s`` (its measured time there), ``kernel_source``, ``kernel`` (the
-    numba dispatcher) and ``numba_environment_applied``.
+    numba dispatcher) and ``numba_environment_applied``; ``runtime``, the
+    :class:`~measure_agent.engine.runtime.KernelRuntime` it runs with (the engine's workers run with
+    the same), and ``runtime_report``, those settings as read back from numba after its warm-up.
     """
 
     def __init__(self, workload: Workload, target: str, config: dict[str, Any], kind: str, kernel: Callable,
                  kernel_source: KernelSource, input_shapes: Sequence[tuple[int, ...]], *,
                  tuned_workload: str | None = None, device_key: str | None = None, mean_s: float | None = None,
-                 numba_environment_applied: bool = True) -> None:
+                 numba_environment_applied: bool = True, runtime: KernelRuntime | None = None) -> None:
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}, not {kind!r}")
         self.workload = workload
@@ -101,6 +111,8 @@ class TunedKernel:
         self.device_key = device_key
         self.mean_s = mean_s
         self.numba_environment_applied = numba_environment_applied
+        self.runtime = runtime if runtime is not None else KernelRuntime.resolve()
+        self.runtime_report: RuntimeReport | None = None  # set by warm_up
         self._dtype = np.dtype(workload.dtype)
         self._input_shapes = tuple(tuple(s) for s in input_shapes)
         self._output_shape = tuple(workload.spec.output_shape(workload.params))
@@ -142,8 +154,30 @@ class TunedKernel:
         elif any(np.shares_memory(out, array) for array in arrays):
             # the kernels read their inputs while writing the output: an overlap would be read half-written
             raise ValueError("out must not share memory with an input")
-        self.kernel(*arrays, out, *self.kernel_source.runtime_args)
+        self._run(arrays, out)
         return out
+
+    def warm_up(self, calls: int | None = None) -> RuntimeReport:
+        """Call the kernel ``calls`` times (default ``runtime.warmup_calls``) on zeros, as the run
+        worker warms up before timing: numba starts its threads and the code is paged in before the
+        application's first call. Returns (and keeps as ``runtime_report``) the settings read back."""
+        calls = self.runtime.warmup_calls if calls is None else calls
+        if calls > 0:
+            arrays = [np.zeros(shape, dtype=self._dtype) for shape in self._input_shapes]
+            out = np.empty(self._output_shape, dtype=self._dtype)
+            for _ in range(calls):
+                self._run(arrays, out)
+        self.runtime_report = runtime_in_effect()
+        return self.runtime_report
+
+    def _run(self, arrays: Sequence[np.ndarray], out: np.ndarray) -> None:
+        import numba
+
+        # numba's thread count is per calling thread: an application thread gets the runtime's
+        threads = self.runtime.call_threads()
+        if numba.get_num_threads() != threads:
+            numba.set_num_threads(threads)
+        self.kernel(*arrays, out, *self.kernel_source.runtime_args)
 
 
 def best_kernel(
@@ -169,7 +203,8 @@ def best_kernel(
                         f"not {type(workload).__name__}")
     if device_key is not None and not isinstance(device_key, str):
         raise TypeError(f"device_key must be a string, not {type(device_key).__name__}")
-    env_applied = _apply_numba_environment()
+    runtime = KernelRuntime.resolve()  # the engine's workers resolve theirs the same way
+    env_applied = runtime.apply()
     from measure_agent.device import detect_device
 
     template = default_catalog().get(workload.op, target)
@@ -198,22 +233,15 @@ def best_kernel(
     source = template.render(workload, config)
     directory = Path(cache_dir) if cache_dir is not None else default_kernel_cache_dir()
     kernel = _compiled(workload, source, directory)
-    return TunedKernel(workload, target, config.to_json(), kind, kernel, source,
-                       workload.spec.input_shapes(workload.params), tuned_workload=tuned_workload,
-                       device_key=matched_device, mean_s=mean_s,
-                       numba_environment_applied=env_applied)
+    tuned_kernel = TunedKernel(workload, target, config.to_json(), kind, kernel, source,
+                               workload.spec.input_shapes(workload.params), tuned_workload=tuned_workload,
+                               device_key=matched_device, mean_s=mean_s,
+                               numba_environment_applied=env_applied, runtime=runtime)
+    tuned_kernel.warm_up()
+    return tuned_kernel
 
 
 # -- internals ---------------------------------------------------------------------------------
-def _apply_numba_environment() -> bool:
-    """Put NUMBA_ENVIRONMENT in os.environ (keeping values already set); ``True`` if numba was
-    not imported yet, i.e. it will read them."""
-    fresh = "numba" not in sys.modules
-    for name, value in {**NUMBA_ENVIRONMENT, **codegen_environment()}.items():
-        os.environ.setdefault(name, value)
-    return fresh
-
-
 def _best_config(workload: Workload, device_key: str, db: Any, target: str, nearest: bool,
                  device_identity: str | None) -> BestConfig:
     from tuner.log import BestConfig, resolve_best_config

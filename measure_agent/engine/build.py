@@ -29,12 +29,6 @@ from measure_agent.templates.base import KernelSource
 # kernels. SLP vectorisation turns unrolled register tiles into vector code (see docs/architecture.md).
 NUMBA_ENVIRONMENT = {"NUMBA_SLP_VECTORIZE": "1", "NUMBA_OPT": "3"}
 
-# Defaults for the worker processes that an operator may override by exporting them. numba's
-# OpenMP threads spin while they wait by default; on a host busier than its cores a spinning
-# thread takes the core its partner needs (a 0.5 ms parallel kernel took 7 ms), waiting passively
-# it took its serial time or less.
-WORKER_ENVIRONMENT_DEFAULTS = {"OMP_WAIT_POLICY": "passive"}
-
 
 def codegen_environment(host_features: str | None = None, arch: str | None = None) -> dict[str, str]:
     """numba code-generation settings for this host, defaults an operator may override by exporting
@@ -69,8 +63,11 @@ def _host_cpu_features() -> str:
 
 
 def worker_environment() -> dict[str, str]:
-    """The environment of a worker process: the defaults, then the operator's, then what kernels need."""
-    return {**WORKER_ENVIRONMENT_DEFAULTS, **codegen_environment(), **os.environ, **NUMBA_ENVIRONMENT}
+    """The environment of a worker process: this one's, with the kernel runtime settings
+    (:class:`~measure_agent.engine.runtime.KernelRuntime`, the same ``tuner.best_kernel`` applies)."""
+    from measure_agent.engine.runtime import KernelRuntime
+
+    return {**os.environ, **KernelRuntime.resolve().environment()}
 
 
 def default_kernel_cache_dir() -> Path:

@@ -28,6 +28,7 @@ from measure_agent.device import detect_device
 from measure_agent.engine.build import default_kernel_cache_dir
 from measure_agent.engine.kernel_cache import DEFAULT_CACHE_MAX_MB, LOW_WATER, ScanSchedule, evict_to_cap
 from measure_agent.engine.process import WorkerCrashed, WorkerProcess, WorkerTimedOut
+from measure_agent.engine.runtime import KernelRuntime
 from measure_agent.engine.types import MeasureInput, MeasureResult, MeasureStatus, TimingConfig
 from measure_agent.space import ConfigError
 from measure_agent.templates import TemplateNotFound, load_catalog
@@ -67,14 +68,17 @@ class MeasureEngine:
         self.device = detect_device()
         self.cache_dir = Path(cache_dir) if cache_dir else default_kernel_cache_dir()
         self.cache_max_bytes = cache_max_mb * 1024 * 1024
+        # how the workers run kernels (threads, threading layer, wait policy, codegen): resolved
+        # once, from this process's environment, as tuner.best_kernel resolves it in an application
+        self.runtime = KernelRuntime.resolve()
         self._kernels_in_use: Counter[str] = Counter()  # prepared, not yet run: never evicted
         self._in_use_lock = threading.Lock()
         self._cache_scans = ScanSchedule(self.cache_max_bytes)
         self._builders: queue.Queue[WorkerProcess] = queue.Queue()
-        self._all_workers = [WorkerProcess(catalog, self.cache_dir) for _ in range(build_workers)]
+        self._all_workers = [WorkerProcess(catalog, self.cache_dir, self.runtime) for _ in range(build_workers)]
         for worker in self._all_workers:
             self._builders.put(worker)
-        self._runner = WorkerProcess(catalog, self.cache_dir, role="run")
+        self._runner = WorkerProcess(catalog, self.cache_dir, self.runtime, role="run")
         self._pool = ThreadPoolExecutor(max_workers=build_workers, thread_name_prefix="tunefleet-build")
         self._build_lock = threading.Lock()
         self._run_lock = threading.Lock()

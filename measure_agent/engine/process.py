@@ -12,7 +12,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from measure_agent.engine.build import worker_environment
+from measure_agent.engine.runtime import KernelRuntime
 
 
 WORKER_ROLES = ("build", "run")
@@ -38,19 +38,27 @@ class WorkerProcess:
     ``role`` (``build`` or ``run``) goes on the worker's command line, so that an operator (and
     deploy/arm/smoke.sh, which reports a build worker's peak memory) can tell the two apart."""
 
-    def __init__(self, catalog: str, cache_dir: Path, role: str = "build") -> None:
+    def __init__(
+        self,
+        catalog: str,
+        cache_dir: Path,
+        runtime: KernelRuntime | None = None,
+        role: str = "build",
+    ) -> None:
         if role not in WORKER_ROLES:
             raise ValueError(f"worker role must be one of {', '.join(WORKER_ROLES)}, not {role!r}")
         self.catalog = catalog
         self.cache_dir = cache_dir
         self.role = role
+        self.runtime = runtime if runtime is not None else KernelRuntime.resolve()
         self._proc: subprocess.Popen | None = None
         self._stderr_path: str | None = None
         self._buffer = b""
         self._next_id = 0
 
     def start(self) -> None:
-        env = worker_environment()
+        # set before the child imports numba: what tuner.best_kernel applies in an application too
+        env = {**os.environ, **self.runtime.environment()}
         fd, self._stderr_path = tempfile.mkstemp(prefix="tunefleet-worker-", suffix=".log")
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "measure_agent.engine.worker", "--catalog", self.catalog,

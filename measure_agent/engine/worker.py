@@ -8,7 +8,9 @@ process down; the parent sees EOF or a timeout and starts a new worker.
 Requests (``op``):
 - ``build``: render the kernel, compile it (numba caches it on disk) and report compile time; sent
   to the run worker too, where it loads the cached machine code before timing starts;
-- ``run``: warm up, check the output against the reference, time it per :class:`TimingConfig`.
+- ``run``: warm up, check the output against the reference, time it per :class:`TimingConfig`;
+  its details carry the runtime settings read back from numba (:mod:`measure_agent.engine.runtime`:
+  the process runs with the :class:`KernelRuntime` its parent put in its environment).
 
 CUDA candidates (``KernelSource.launch == "cuda"``, see :meth:`Worker._run_cuda`) differ in where
 the arrays live and in the clock: the inputs are copied to the device once per workload, outside
@@ -34,6 +36,7 @@ import numpy as np
 from measure_agent.device import cuda_simulated, detect_device
 from measure_agent.engine.build import compile_cuda_kernel, compile_kernel, load_kernel, source_digest
 from measure_agent.engine.checking import Problem, check_output, make_problem
+from measure_agent.engine.runtime import runtime_in_effect
 from measure_agent.engine.types import MeasureStatus, TimingConfig
 from measure_agent.space import ConfigError
 from measure_agent.templates import TemplateCatalog, load_catalog
@@ -133,6 +136,9 @@ class Worker:
                 kernel(*args)
         except Exception as exc:  # noqa: BLE001
             raise CandidateError(MeasureStatus.RUNTIME_ERROR, _one_line(exc)) from None
+        # what numba runs it with, read back (an application's best_kernel reports the same); this
+        # starts numba's threads if the kernel is serial, as an applied kernel's first call does
+        runtime = runtime_in_effect().to_json()
         check = check_output(problem, out)
         details = {"max_abs_error": check.max_abs_error, "max_rel_error": check.max_rel_error}
         if not check.correct:
@@ -147,6 +153,7 @@ class Worker:
         except Exception as exc:  # noqa: BLE001
             raise CandidateError(MeasureStatus.RUNTIME_ERROR, _one_line(exc)) from None
         details["number"] = number
+        details["runtime"] = runtime
         return {"status": MeasureStatus.OK.value, "costs": costs, "details": details}
 
     # -- CUDA candidates ---------------------------------------------------------------------------

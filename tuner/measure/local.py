@@ -34,6 +34,7 @@ class LocalMeasurer(SyncMeasurer):
         self.parallelism = build_workers
         self._engine = MeasureEngine(timing, build_workers=build_workers, catalog=catalog, cache_dir=cache_dir)
         self.template_version = self._engine.template_version
+        self.runtime = self._engine.runtime  # how its workers run kernels (best_kernel applies the same)
 
     def measure_now(self, items: Sequence[MeasureInput]) -> list[MeasureResult]:
         return self._engine.measure(items)

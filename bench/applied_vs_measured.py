@@ -1,0 +1,194 @@
+"""Applied = measured (issue 26 point 3): does ``tuner.best_kernel`` in a fresh process run the tuned
+kernel as fast as the tuner recorded it?
+
+For every CPU operator, a few trials are tuned through the real path (``TuningJob``, ``xgb``, a
+``LocalMeasurer``: the agent's engine with its build and run workers) into a temporary SQLite log.
+Then, interleaved round after round so that both sides see the same host load:
+
+- **engine**: the run worker measures the recorded best config again (what the tuner would record now);
+- **applied**: a fresh Python process calls ``tuner.best_kernel(workload, device_key, db=log)`` and times
+  the returned kernel exactly as the run worker times (``timed_costs``: ``warmup`` calls, then
+  ``repeat`` repeats of ``number`` back-to-back calls, ``number`` grown until a repeat lasts
+  ``min_repeat_ms``; the mean of the repeats), on the same inputs (``make_problem``), through the
+  application's own call ``kernel(*inputs, out=out)``;
+- **spinning** (``--spinning``): the same application with ``OMP_WAIT_POLICY=active`` exported, i.e. what
+  an application ran with before the engine's runtime settings were applied by ``best_kernel``: libgomp
+  spinning while the workers' threads slept.
+
+Printed per operator: the tuner's recorded mean, the medians over the rounds (the sides take turns
+going first), and the ratios applied / engine (of the medians and of the bests of the same rounds)
+and applied / recorded. Target: within 5% (0.95-1.05). The host's load
+average is printed at the start and the end: on a shared host the ratio of interleaved medians is the
+figure to trust, not the absolute times.
+
+    python bench/applied_vs_measured.py                       # every CPU operator, 8 trials, 5 rounds
+    python bench/applied_vs_measured.py --ops matmul dense --trials 4 --rounds 3 --spinning
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+# the engine's workers and the application processes import the checkout too
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+
+from measure_agent.device import detect_device  # noqa: E402
+from measure_agent.engine import MeasureInput, TimingConfig  # noqa: E402
+from measure_agent.templates import default_catalog  # noqa: E402
+from measure_agent.workload import parse_workload  # noqa: E402
+from tuner.job import TuneOptions, TuningJob  # noqa: E402
+from tuner.log import TuningLog  # noqa: E402
+from tuner.measure import LocalMeasurer  # noqa: E402
+
+# one workload per CPU template: real layers (bench/ops_cpu.py) and matmul 512
+OPERATORS = {
+    "matmul": "matmul(M=512,N=512,K=512)",
+    "batch_matmul": "batch_matmul(B=8,M=128,N=128,K=128)",
+    "dense": "dense(M=1,N=1000,K=2048)",
+    "conv2d_nchw": "conv2d_nchw(N=1,C=64,H=56,W=56,K=64,R=3,S=3,pad=1)",
+    "conv2d_nhwc": "conv2d_nhwc(N=1,C=64,H=56,W=56,K=64,R=3,S=3,pad=1)",
+    "depthwise_conv2d_nchw": "depthwise_conv2d_nchw(N=1,C=32,H=112,W=112,R=3,S=3,pad=1)",
+    "depthwise_conv2d_nhwc": "depthwise_conv2d_nhwc(N=1,C=72,H=56,W=56,R=5,S=5,stride=2,pad=2)",
+}
+
+# The application: best_kernel in a fresh process, timed as the run worker times (worker.timed_costs).
+APPLICATION = r"""
+import json, sys
+import numpy as np
+import tuner
+from measure_agent.engine.checking import make_problem
+from measure_agent.engine.worker import time_calls_of, timed_costs
+from measure_agent.engine import TimingConfig
+
+workload, device_key, db, cache_dir, timing = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], json.loads(sys.argv[5])
+kernel = tuner.best_kernel(workload, device_key, db=db, cache_dir=cache_dir)
+timing = TimingConfig(**timing)
+problem = make_problem(kernel.workload)
+out = np.empty(kernel.workload.spec.output_shape(kernel.workload.params), dtype=kernel.workload.dtype)
+for _ in range(max(1, timing.warmup)):
+    kernel(*problem.inputs, out=out)
+costs, number = timed_costs(lambda n: time_calls_of(lambda: kernel(*problem.inputs, out=out), n), timing)
+print(json.dumps({"mean_s": sum(costs) / len(costs), "number": number, "kind": kernel.kind,
+                  "config": kernel.config, "runtime": kernel.runtime_report.to_json()}))
+"""
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ops", nargs="+", choices=sorted(OPERATORS), help="default: every CPU operator")
+    parser.add_argument("--trials", type=int, default=8, help="trials tuned per operator (default 8)")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
+    parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1), help="build workers (2)")
+    parser.add_argument("--spinning", action="store_true",
+                        help="also time the application with OMP_WAIT_POLICY=active (the old behaviour)")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    if args.trials < 1 or args.rounds < 1:
+        parser.error("--trials and --rounds must be >= 1")
+
+    timing = TimingConfig(number=1, repeat=3, min_repeat_ms=50, warmup=1, build_timeout_s=300, run_timeout_s=120)
+    timing_json = json.dumps({"number": timing.number, "repeat": timing.repeat,
+                              "min_repeat_ms": timing.min_repeat_ms, "warmup": timing.warmup})
+    catalog = default_catalog()
+    device = detect_device()
+    print(f"load average at start: {_load()}; timing: number={timing.number} repeat={timing.repeat} "
+          f"min_repeat_ms={timing.min_repeat_ms:g} warmup={timing.warmup}", flush=True)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="applied-") as tmp:
+        cache_dir = Path(tmp) / "kernels"
+        db = Path(tmp) / "log.db"
+        with LocalMeasurer(timing, build_workers=args.workers, cache_dir=cache_dir) as measurer, \
+                TuningLog(f"sqlite:///{db}") as log:
+            print(f"engine runtime: {measurer.runtime.environment()}", flush=True)
+            for op in args.ops or list(OPERATORS):
+                workload = parse_workload(OPERATORS[op])
+                start = time.monotonic()
+                TuningJob(workload, measurer, log, catalog,
+                          TuneOptions(trials=args.trials, strategy="xgb", seed=args.seed)).run()
+                [best] = log.best(workload.key, measurer.device_key, "cpu", top=1)
+                space = catalog.space(workload, "cpu", device)
+                item = MeasureInput(workload, space.from_json(best.config))
+                times: dict[str, list[float]] = {"engine": [], "applied": [], "spinning": []}
+                runtimes = {}
+                for round_index in range(args.rounds):
+                    # alternate who goes first, so that neither side always follows the other's work
+                    sides = ["engine", "applied", "spinning"] if args.spinning else ["engine", "applied"]
+                    for side in sides if round_index % 2 == 0 else reversed(sides):
+                        if side == "engine":
+                            [again] = measurer.measure_now([item])
+                            if again.mean_s is None:
+                                raise SystemExit(f"the engine failed to measure {workload.key} again: {again.message}")
+                            times["engine"].append(again.mean_s)
+                            runtimes["engine"] = again.details.get("runtime")
+                        else:
+                            extra = {"OMP_WAIT_POLICY": "active"} if side == "spinning" else {}
+                            applied = _application(workload.key, measurer.device_key, db, cache_dir, timing_json,
+                                                   extra)
+                            times[side].append(applied["mean_s"])
+                            runtimes[side] = applied["runtime"]
+                row = {"op": op, "workload": workload.key, "recorded": best.mean_s,
+                       "tune_s": time.monotonic() - start,
+                       **{k: statistics.median(v) for k, v in times.items() if v},
+                       **{f"{k}_best": min(v) for k, v in times.items() if v},
+                       "same_runtime": runtimes.get("engine") == runtimes.get("applied")}
+                rows.append(row)
+                _print_row(row)
+    print(f"\nload average at the end: {_load()}")
+    _print_table(rows)
+    return 0
+
+
+def _application(workload_key: str, device_key: str, db: Path, cache_dir: Path, timing_json: str,
+                 extra_env: dict[str, str]) -> dict:
+    env = dict(os.environ, **extra_env)
+    done = subprocess.run([sys.executable, "-c", APPLICATION, workload_key, device_key, str(db), str(cache_dir),
+                           timing_json], env=env, capture_output=True, text=True, timeout=600)
+    if done.returncode != 0:
+        raise SystemExit(f"the application failed for {workload_key}: {done.stderr.strip().splitlines()[-1:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def _print_row(row: dict) -> None:
+    ratio = row["applied"] / row["engine"] if row.get("engine") else float("nan")
+    print(f"{row['op']}: recorded {row['recorded'] * 1e3:.3f} ms, engine {row.get('engine', float('nan')) * 1e3:.3f} ms, "
+          f"applied {row['applied'] * 1e3:.3f} ms (applied/engine {ratio:.3f}), same runtime: {row['same_runtime']}"
+          + (f", spinning {row['spinning'] * 1e3:.3f} ms" if "spinning" in row else ""), flush=True)
+
+
+def _print_table(rows: list[dict]) -> None:
+    spinning = any("spinning" in r for r in rows)
+    head = ("| operator | recorded ms | engine ms (median) | applied ms (median) | applied/engine (medians) "
+            "| applied/engine (bests) | applied/recorded |")
+    rule = "| --- | --- | --- | --- | --- | --- | --- |"
+    if spinning:
+        head += " spinning app ms | spinning/engine |"
+        rule += " --- | --- |"
+    print(head)
+    print(rule)
+    for r in rows:
+        engine = r.get("engine", float("nan"))
+        line = (f"| {r['workload']} | {r['recorded'] * 1e3:.3f} | {engine * 1e3:.3f} | {r['applied'] * 1e3:.3f} | "
+                f"{r['applied'] / engine:.3f} | {r['applied_best'] / r['engine_best']:.3f} | "
+                f"{r['applied'] / r['recorded']:.3f} |")
+        if spinning:
+            line += f" {r['spinning'] * 1e3:.3f} | {r['spinning'] / engine:.3f} |"
+        print(line)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,179 @@
+"""The runtime settings of a process that runs kernels: one definition for the engine's workers and
+for ``tuner.best_kernel``, so that an application runs a kernel the way it was measured.
+
+A numba kernel's speed depends on more than its code: the threading layer (OpenMP, TBB or numba's
+workqueue), the number of threads, how idle OpenMP threads wait (spinning or sleeping), and the
+code-generation settings numba compiled it with. The engine's run worker used to get
+``OMP_WAIT_POLICY=passive`` and the code-generation settings while an application calling
+``best_kernel`` left libgomp spinning: on a host busier than its cores the spinning threads take
+the cores their partners need, and the applied kernel ran 1.7-2x slower than recorded.
+
+:class:`KernelRuntime` is what such a process sets, resolved once from the environment (an
+operator's exported values win over the defaults, except the code-generation settings kernels need).
+:meth:`KernelRuntime.apply` puts it in effect in this process, before numba starts its threads;
+:func:`runtime_in_effect` reads back what numba actually uses, which the run worker reports with
+every timing and :class:`tuner.apply.TunedKernel` keeps as ``runtime``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import asdict, dataclass, field
+from typing import Mapping, MutableMapping
+
+from measure_agent.engine import build
+from measure_agent.engine.build import NUMBA_ENVIRONMENT
+
+# numba's threading layers (NUMBA_THREADING_LAYER): concrete ones, and the choices numba resolves
+THREADING_LAYERS = ("default", "safe", "threadsafe", "forksafe", "omp", "tbb", "workqueue")
+WAIT_POLICIES = ("passive", "active")
+
+# Defaults an operator may override by exporting them. numba's OpenMP threads spin while they wait
+# by default; on a host busier than its cores a spinning thread takes the core its partner needs (a
+# 0.5 ms parallel kernel took 7 ms); waiting passively it took its serial time or less.
+DEFAULT_WAIT_POLICY = "passive"
+DEFAULT_THREADING_LAYER = "default"
+
+
+class RuntimeSettingsError(ValueError):
+    """An exported runtime setting (threading layer, threads, wait policy) is not a valid value."""
+
+
+def default_thread_count() -> int:
+    """numba's own default: the CPUs this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+@dataclass(frozen=True)
+class KernelRuntime:
+    """How a process runs kernels. ``codegen``: numba's code-generation variables (sorted pairs);
+    ``warmup_calls``: untimed calls an applied kernel makes when it is created (the run worker warms
+    up per :class:`~measure_agent.engine.types.TimingConfig` before timing), so that the thread pool is
+    started and the code paged in before the application's first real call."""
+
+    threading_layer: str = DEFAULT_THREADING_LAYER
+    num_threads: int = field(default_factory=default_thread_count)
+    wait_policy: str = DEFAULT_WAIT_POLICY
+    codegen: tuple[tuple[str, str], ...] = ()
+    warmup_calls: int = 1
+
+    def __post_init__(self) -> None:
+        if self.threading_layer not in THREADING_LAYERS:
+            raise RuntimeSettingsError(f"NUMBA_THREADING_LAYER must be one of {', '.join(THREADING_LAYERS)}, "
+                                       f"not {self.threading_layer!r}")
+        if not isinstance(self.num_threads, int) or self.num_threads < 1:
+            raise RuntimeSettingsError(f"NUMBA_NUM_THREADS must be a whole number >= 1, not {self.num_threads!r}")
+        if self.wait_policy not in WAIT_POLICIES:
+            raise RuntimeSettingsError(f"OMP_WAIT_POLICY must be one of {', '.join(WAIT_POLICIES)}, "
+                                       f"not {self.wait_policy!r}")
+        if self.warmup_calls < 0:
+            raise RuntimeSettingsError(f"warmup_calls must be >= 0, not {self.warmup_calls!r}")
+
+    @classmethod
+    def resolve(cls, environ: Mapping[str, str] | None = None, host_features: str | None = None) -> "KernelRuntime":
+        """The runtime for this host: the defaults, overridden by what ``environ`` (default
+        ``os.environ``) exports, then the code-generation settings kernels need (never overridden)."""
+        environ = os.environ if environ is None else environ
+        threads_text = environ.get("NUMBA_NUM_THREADS", "").strip()
+        try:
+            threads = int(threads_text) if threads_text else default_thread_count()
+        except ValueError:
+            raise RuntimeSettingsError(f"NUMBA_NUM_THREADS must be a whole number >= 1, not {threads_text!r}") from None
+        codegen = {**build.codegen_environment(host_features), **_exported_codegen(environ), **NUMBA_ENVIRONMENT}
+        return cls(threading_layer=environ.get("NUMBA_THREADING_LAYER", "").strip().lower() or DEFAULT_THREADING_LAYER,
+                   num_threads=threads,
+                   wait_policy=environ.get("OMP_WAIT_POLICY", "").strip().lower() or DEFAULT_WAIT_POLICY,
+                   codegen=tuple(sorted(codegen.items())))
+
+    def environment(self) -> dict[str, str]:
+        """The variables that carry these settings into a process started with them."""
+        return {"NUMBA_THREADING_LAYER": self.threading_layer,
+                "NUMBA_NUM_THREADS": str(self.num_threads),
+                "OMP_WAIT_POLICY": self.wait_policy,
+                **dict(self.codegen)}
+
+    def apply(self, environ: MutableMapping[str, str] | None = None) -> bool:
+        """Put these settings in effect in this process (``environ``: default ``os.environ``).
+
+        Returns True when all took effect: numba had not started its threads (threading layer,
+        thread pool and OpenMP's wait policy are fixed then; :meth:`call_threads` still sets the
+        thread count per call) and, for the code generation of kernels compiled here, numba was
+        not imported yet. Never raises for a late call: the kernels are correct either way.
+        """
+        environ = os.environ if environ is None else environ
+        numba_imported = "numba" in sys.modules
+        launched = numba_imported and _threads_launched()
+        for name, value in self.environment().items():
+            if name == "NUMBA_NUM_THREADS" and numba_imported:
+                continue  # numba sized its pool at import: changing it now makes numba raise
+            if launched and name in ("NUMBA_THREADING_LAYER", "OMP_WAIT_POLICY"):
+                continue  # read when the threads started: too late, and a value that lies
+            environ[name] = value
+        if numba_imported and not launched and environ is os.environ:
+            from numba.core import config
+
+            config.reload_config()  # the threading layer is read from numba's config at launch
+        return not numba_imported
+
+    def call_threads(self) -> int:
+        """The thread count for a call: ``num_threads``, capped at the pool numba started."""
+        from numba.core import config
+
+        return min(self.num_threads, config.NUMBA_NUM_THREADS)
+
+
+def _exported_codegen(environ: Mapping[str, str]) -> dict[str, str]:
+    """Code-generation variables the operator exported (they key numba's disk cache too)."""
+    return {name: environ[name] for name in ("NUMBA_CPU_FEATURES", "NUMBA_CPU_NAME") if environ.get(name)}
+
+
+def _threads_launched() -> bool:
+    parallel = sys.modules.get("numba.np.ufunc.parallel")
+    return bool(parallel is not None and getattr(parallel, "_is_initialized", False))
+
+
+@dataclass(frozen=True)
+class RuntimeReport:
+    """The settings read back from numba in a process that runs kernels: what
+    :func:`runtime_in_effect` returns."""
+
+    threading_layer: str | None
+    num_threads: int
+    pool_threads: int
+    wait_policy: str | None
+    codegen: dict[str, str]
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def runtime_in_effect() -> RuntimeReport:
+    """What numba uses in this process: threading layer, threads per call and pool size, the
+    OpenMP wait policy in the environment and the code-generation settings numba's config holds."""
+    import numba
+    from numba.core import config
+
+    # Starts numba's threads if no parallel kernel has yet: an applied kernel sets its thread count
+    # before its first call, which starts them too, so both sides time with the pool running.
+    num_threads = int(numba.get_num_threads())
+    try:
+        layer: str | None = numba.threading_layer()
+    except ValueError:  # no threading layer could start
+        layer = None
+    cpu_features = config.CPU_FEATURES or ""
+    codegen = {"NUMBA_OPT": str(int(config.OPT)), "NUMBA_SLP_VECTORIZE": str(int(config.SLP_VECTORIZE))}
+    if cpu_features:
+        codegen["NUMBA_CPU_FEATURES"] = cpu_features
+    if config.CPU_NAME:
+        codegen["NUMBA_CPU_NAME"] = str(config.CPU_NAME)
+    return RuntimeReport(threading_layer=layer, num_threads=num_threads,
+                         pool_threads=int(config.NUMBA_NUM_THREADS), wait_policy=os.environ.get("OMP_WAIT_POLICY"),
+                         codegen=codegen)
+
+
+__all__ = ["KernelRuntime", "RuntimeReport", "RuntimeSettingsError", "THREADING_LAYERS", "WAIT_POLICIES",
+           "default_thread_count", "runtime_in_effect"]
