@@ -107,7 +107,10 @@ class XGBSearch(IndexedStrategy):
         self.flat_min_samples = flat_min_samples
         self.breed_share = breed_share
         self.breed_population = breed_population
-        self._breeding = False  # set once the model's picks stalled: part of each batch breeds
+        # Set when the model's picks stalled; while set, part of each batch is bred from the elite.
+        # Cleared when a model pick (not a bred one) improves on the best again.
+        self._breeding = False
+        self._bred_keys: set[bytes] = set()
         self._auto = objective == "auto"
         self._random_keys: set[bytes] = set()  # uniform picks and the initial design: a near-unbiased sample
         self._random_costs: list[float] = []  # their measured costs (successes only)
@@ -141,6 +144,8 @@ class XGBSearch(IndexedStrategy):
             self._batches_since_improvement = 0 if improved else self._batches_since_improvement + 1
             if self.stall_batches and self._batches_since_improvement >= self.stall_batches:
                 self._breeding = True
+            elif improved and self.index.key(self._best_row) not in self._bred_keys:
+                self._breeding = False  # the model's own picks improve again: they get the batch back
 
     def observe_prior(self, prior: Sequence[PriorObservation]) -> None:
         if not prior:
@@ -282,6 +287,7 @@ class XGBSearch(IndexedStrategy):
             # the measured elite, which keeps improving where the model's ranking has run dry.
             n_bred = int(np.floor(n_model * self.breed_share + self.rng.random()))
             bred = self.breed(n_bred, self.breed_population, self.default_mutation_rate())
+            self._bred_keys.update(self.index.key(self.index.digits_of(c)) for c in bred)
             n_model -= len(bred)
         cand_digits, scores = self._candidates()
         picks: list[Config] = []
