@@ -247,6 +247,8 @@ def print_table(title: str, groups: list[str], table: dict, ours: Sequence[str],
     print(header)
     for g in groups:
         rows = [s for s in list(ours) + list(peers) if (g, s, budgets[0]) in table]
+        if not rows:
+            continue
         for s in rows:
             print(f"{g:<26} {s:<28}" + "".join(
                 f"{table[(g, s, b)][0]:>9.3f} +-{table[(g, s, b)][1]:.3f}" for b in budgets))
@@ -259,7 +261,7 @@ def print_table(title: str, groups: list[str], table: dict, ours: Sequence[str],
                 continue
             best_mean, best_name = max(cands)
             se = math.sqrt(table[(g, "default", b)][1] ** 2 + table[(g, best_name, b)][1] ** 2)
-            best_line.append(f"{best_name[-15:]:>16}")
+            best_line.append(f"{best_name.removeprefix('kt:')[:15]:>16}")
             margin_line.append(f"{table[(g, 'default', b)][0] - best_mean:>+9.3f} +-{se:.3f}")
         print(f"{g:<26} {'best other':<28}" + "".join(best_line))
         print(f"{g:<26} {'default - best other':<28}" + "".join(margin_line))
