@@ -25,7 +25,12 @@ The loop (after AutoTVM's XGBTuner, tuned on the replayed GPU spaces in ``../sha
   an ``epsilon`` share of uniformly random configs, doubled while progress stalls; and the rest
   the best-scored candidates that differ from each other in at least ``min_diff`` knobs (where
   possible). ``ensemble`` > 1 trains several models on row/column subsamples and takes the
-  picks round-robin from them (measured: no gain on the replay spaces, 4x the cost).
+  picks round-robin from them (measured: no gain on the replay spaces, 4x the cost);
+* breeding, once the model's picks stall (``stall_batches`` batches without a new best): a
+  ``breed_share`` of each model batch is bred from the ``breed_population`` fastest measured configs
+  by the GA's own crossover and mutation (:meth:`IndexedStrategy.breed`), a proposer that keeps
+  improving where the model's ranking has run dry; the model takes the whole batch back when one of
+  its own picks improves on the best again (``docs/search.md``: beside Kernel Tuner's strategies).
 
 Measured on the 12 replayed spaces (``bench/strategies.py``, 20 repeats): the value probes lifted
 convolution @200 from 0.967 to about 0.975 and put pnpoly_V100 level with random search at 200;
