@@ -62,20 +62,26 @@ class PeerError(RuntimeError):
 # -- Kernel Tuner's side -------------------------------------------------------------------------
 @dataclass
 class KernelTunerSpace:
-    """One cache file as Kernel Tuner sees it: its search space and its cache, built once."""
+    """One cache file as Kernel Tuner sees it: its parameters, restrictions and cache, read once.
+
+    Each run gets a fresh Kernel Tuner ``Searchspace`` (:meth:`searchspace`): the object keeps
+    state between calls (``get_random_neighbor`` pops neighbours from a partial cache so that they
+    are not chosen again), which would carry one run's exploration into the next."""
 
     tune_params: dict
     restrictions: list | None
-    searchspace: Any
     cache: dict
     kernel_name: str
     device_name: str
+
+    def searchspace(self) -> Any:
+        from kernel_tuner.searchspace import Searchspace
+        return Searchspace(self.tune_params, self.restrictions, 1_000_000_000)
 
 
 def kernel_tuner_space(path: str) -> KernelTunerSpace:
     try:
         from kernel_tuner import util
-        from kernel_tuner.searchspace import Searchspace
     except ImportError:
         raise PeerError("kernel_tuner is not installed: pip install 'tunefleet[bench]'") from None
     with (gzip.open(path, "rt") if str(path).endswith(".gz") else open(path)) as f:
@@ -89,8 +95,7 @@ def kernel_tuner_space(path: str) -> KernelTunerSpace:
                 entry["__error__"] = errors[value]
     tune_params = {k: data["tune_params"][k] for k in data["tune_params_keys"]}
     restrictions = data.get("restrictions") or None
-    searchspace = Searchspace(tune_params, restrictions, 1_000_000_000)
-    return KernelTunerSpace(tune_params, restrictions, searchspace, data["cache"], data.get("kernel_name", ""),
+    return KernelTunerSpace(tune_params, restrictions, data["cache"], data.get("kernel_name", ""),
                             data.get("device_name", ""))
 
 
@@ -114,6 +119,7 @@ def kernel_tuner_run(kt: KernelTunerSpace, strategy: str, budget: int, seed: int
                     order.append(",".join(str(v) for v in element))
             return results
 
+    searchspace = kt.searchspace()
     random.seed(seed)
     np.random.seed(seed)
     runner = RecordingRunner(None, Options(kernel_name=kt.kernel_name), Options(quiet=True), 7, None)
@@ -123,7 +129,7 @@ def kernel_tuner_run(kt: KernelTunerSpace, strategy: str, budget: int, seed: int
     if strategy in OWN_BUDGET_OPTION:
         strategy_options[OWN_BUDGET_OPTION[strategy]] = budget
     options.update(
-        tune_params=kt.tune_params, restrictions=kt.searchspace._modified_restrictions,
+        tune_params=kt.tune_params, restrictions=searchspace._modified_restrictions,
         restrictions_unmodified=kt.restrictions, objective=["time"], objective_higher_is_better=[False],
         strategy_options=Options(strategy_options), cache=kt.cache, cachefile=None, simulation_mode=True,
         verbose=False, quiet=True, metrics=None, max_fevals=budget, simulated_time=0, seed=seed,
@@ -136,7 +142,7 @@ def kernel_tuner_run(kt: KernelTunerSpace, strategy: str, budget: int, seed: int
         # would: configs it evaluated before are served from the runner again without counting.
         for _ in range(MAX_RESTARTS):
             try:
-                strategy_map[strategy].tune(kt.searchspace, runner, options)
+                strategy_map[strategy].tune(searchspace, runner, options)
             except util.StopCriterionReached:
                 break
             if len(order) >= budget or options.budget.is_done():
@@ -241,6 +247,8 @@ def print_table(title: str, groups: list[str], table: dict, ours: Sequence[str],
     print(header)
     for g in groups:
         rows = [s for s in list(ours) + list(peers) if (g, s, budgets[0]) in table]
+        if not rows:
+            continue
         for s in rows:
             print(f"{g:<26} {s:<28}" + "".join(
                 f"{table[(g, s, b)][0]:>9.3f} +-{table[(g, s, b)][1]:.3f}" for b in budgets))
@@ -253,7 +261,7 @@ def print_table(title: str, groups: list[str], table: dict, ours: Sequence[str],
                 continue
             best_mean, best_name = max(cands)
             se = math.sqrt(table[(g, "default", b)][1] ** 2 + table[(g, best_name, b)][1] ** 2)
-            best_line.append(f"{best_name[-15:]:>16}")
+            best_line.append(f"{best_name.removeprefix('kt:')[:15]:>16}")
             margin_line.append(f"{table[(g, 'default', b)][0] - best_mean:>+9.3f} +-{se:.3f}")
         print(f"{g:<26} {'best other':<28}" + "".join(best_line))
         print(f"{g:<26} {'default - best other':<28}" + "".join(margin_line))
@@ -285,7 +293,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", default="", help="append one JSON line per finished cell to this file")
     parser.add_argument("--curves", default="", help="write mean best-so-far curves per space to this JSON file")
     parser.add_argument("--halves", action="store_true", help="also print each family split in halves")
-    parser.add_argument("--from-json", default="", help="print the tables of an earlier --json file; run nothing")
+    parser.add_argument("--from-json", default="", help="print the tables of earlier --json files (comma-separated); run nothing")
+    parser.add_argument("--plot", default="", help="with --from-json and --plot-curves: write this PNG of --plot-family's curves")
+    parser.add_argument("--plot-curves", default="", help="earlier --curves files (comma-separated) for --plot")
+    parser.add_argument("--plot-family", default="convolution")
     args = parser.parse_args(argv)
     try:
         budgets = sorted({int(b) for b in args.budgets.split(",") if b})
@@ -304,10 +315,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     if args.from_json:
         cells = []
-        for line in Path(args.from_json).read_text().splitlines():
-            row = json.loads(line)
-            if "fractions" in row:
-                cells.append(Cell(row["space"], row["family"], row["strategy"], row["budget"], row["fractions"]))
+        for path in args.from_json.split(","):
+            for line in Path(path).read_text().splitlines():
+                row = json.loads(line)
+                if "fractions" in row:
+                    cells.append(Cell(row["space"], row["family"], row["strategy"], row["budget"], row["fractions"]))
+        if args.plot:
+            curves: dict[str, dict[str, list[float]]] = {}
+            for path in args.plot_curves.split(","):
+                for space, by_strategy in json.loads(Path(path).read_text()).items():
+                    curves.setdefault(space, {}).update(by_strategy)
+            plot_family(cells, curves, args.plot_family, args.plot)
         space_names = sorted({(c.family, c.space) for c in cells})
         spaces_of = {name: [name] for _, name in space_names}
         families = {}
@@ -359,6 +377,39 @@ def main(argv: Sequence[str] | None = None) -> int:
            budgets, args.repeats)
     print(f"\nwall time {time.perf_counter() - started:.0f} s")
     return 0
+
+
+def plot_family(cells: Sequence[Cell], curves: dict[str, dict[str, list[float]]], family: str, out: str) -> None:
+    """Best so far against evaluations, averaged over the family's spaces: the default, our GA,
+    Kernel Tuner's GA and the peer with the best family mean at the largest budget."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    spaces = sorted({c.space for c in cells if c.family == family})
+    top = max(c.budget for c in cells)
+    at_top: dict[str, list[float]] = {}
+    for c in cells:
+        if c.family == family and c.budget == top:
+            at_top.setdefault(c.strategy, []).append(c.mean)
+    peers = [s for s in at_top if s.startswith("kt:") and len(at_top[s]) == len(spaces)]
+    best_peer = max(peers, key=lambda s: float(np.mean(at_top[s])))
+    shown = ["default", "ga", "kt:genetic_algorithm", best_peer]
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for strategy in dict.fromkeys(shown):
+        if not all(strategy in curves.get(space, {}) for space in spaces):
+            continue
+        mean = np.mean([curves[space][strategy] for space in spaces], axis=0)
+        label = strategy + (" (best peer at %d)" % top if strategy == best_peer else "")
+        ax.plot(np.arange(1, len(mean) + 1), mean, label=label, lw=2 if strategy == "default" else 1.3)
+    ax.set_xlabel("evaluations")
+    ax.set_ylabel("best so far (fraction of optimum)")
+    ax.set_title(f"{family}: mean over {len(spaces)} spaces")
+    ax.set_ylim(0.6, 1.0)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
 
 
 def report(cells: Sequence[Cell], spaces_of: dict[str, list[str]], families: dict[str, list[str]],

@@ -31,7 +31,7 @@ SPACES_DIR = ROOT.parent / "shared" / "spaces"
 def replay_case():
     from tuner.replay import load_cache
 
-    path = SPACES_DIR / "GEMM_A100.json.gz"
+    path = Path(SPACES_DIR) / "GEMM_A100.json.gz"
     if not path.exists():
         return None
     replay = load_cache(path)
@@ -96,12 +96,15 @@ def measure(label, space, cost, records, batch, strategy, repeats):
 
 
 def main() -> int:
+    global SPACES_DIR
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--records", type=int, default=10_000)
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--strategy", default="default")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--spaces-dir", default=str(SPACES_DIR), help="the replay spaces (GEMM_A100.json.gz)")
     args = parser.parse_args()
+    SPACES_DIR = Path(args.spaces_dir)
     worst = 0.0
     for make in (replay_case, matmul_case, user_case):
         case = make()

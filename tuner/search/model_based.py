@@ -25,7 +25,12 @@ The loop (after AutoTVM's XGBTuner, tuned on the replayed GPU spaces in ``../sha
   an ``epsilon`` share of uniformly random configs, doubled while progress stalls; and the rest
   the best-scored candidates that differ from each other in at least ``min_diff`` knobs (where
   possible). ``ensemble`` > 1 trains several models on row/column subsamples and takes the
-  picks round-robin from them (measured: no gain on the replay spaces, 4x the cost).
+  picks round-robin from them (measured: no gain on the replay spaces, 4x the cost);
+* breeding, once the model's picks stall (``stall_batches`` batches without a new best): a
+  ``breed_share`` of each model batch is bred from the ``breed_population`` fastest measured configs
+  by the GA's own crossover and mutation (:meth:`IndexedStrategy.breed`), a proposer that keeps
+  improving where the model's ranking has run dry; the model takes the whole batch back when one of
+  its own picks improves on the best again (``docs/search.md``: beside Kernel Tuner's strategies).
 
 Measured on the 12 replayed spaces (``bench/strategies.py``, 20 repeats): the value probes lifted
 convolution @200 from 0.967 to about 0.975 and put pnpoly_V100 level with random search at 200;
@@ -107,7 +112,10 @@ class XGBSearch(IndexedStrategy):
         self.flat_min_samples = flat_min_samples
         self.breed_share = breed_share
         self.breed_population = breed_population
-        self._breeding = False  # set once the model's picks stalled: part of each batch breeds
+        # Set when the model's picks stalled; while set, part of each batch is bred from the elite.
+        # Cleared when a model pick (not a bred one) improves on the best again.
+        self._breeding = False
+        self._bred_keys: set[bytes] = set()
         self._auto = objective == "auto"
         self._random_keys: set[bytes] = set()  # uniform picks and the initial design: a near-unbiased sample
         self._random_costs: list[float] = []  # their measured costs (successes only)
@@ -141,6 +149,8 @@ class XGBSearch(IndexedStrategy):
             self._batches_since_improvement = 0 if improved else self._batches_since_improvement + 1
             if self.stall_batches and self._batches_since_improvement >= self.stall_batches:
                 self._breeding = True
+            elif improved and self.index.key(self._best_row) not in self._bred_keys:
+                self._breeding = False  # the model's own picks improve again: they get the batch back
 
     def observe_prior(self, prior: Sequence[PriorObservation]) -> None:
         if not prior:
@@ -282,6 +292,7 @@ class XGBSearch(IndexedStrategy):
             # the measured elite, which keeps improving where the model's ranking has run dry.
             n_bred = int(np.floor(n_model * self.breed_share + self.rng.random()))
             bred = self.breed(n_bred, self.breed_population, self.default_mutation_rate())
+            self._bred_keys.update(self.index.key(self.index.digits_of(c)) for c in bred)
             n_model -= len(bred)
         cand_digits, scores = self._candidates()
         picks: list[Config] = []

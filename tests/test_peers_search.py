@@ -1,0 +1,66 @@
+"""bench/peers_search.py on the small recorded space in tests/data: Kernel Tuner's strategies run in
+simulation mode in our harness, count evaluations as our replay does, and are reproducible."""
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("kernel_tuner")
+
+from tuner.replay import load_cache  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = Path(__file__).parent / "data"
+SPACE = DATA / "pnpoly_trimmed.json.gz"
+
+
+def peers_module():
+    spec = importlib.util.spec_from_file_location("peers_search", ROOT / "bench" / "peers_search.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["peers_search"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("strategy", ["random_sample", "genetic_algorithm", "simulated_annealing", "firefly_algorithm"])
+def test_a_kernel_tuner_strategy_gets_exactly_its_budget_of_recorded_configs(strategy):
+    peers = peers_module()
+    kt = peers.kernel_tuner_space(str(SPACE))
+    replay = load_cache(SPACE)
+    recorded = {t for t in replay.times.values() if t is not None}
+    times = peers.kernel_tuner_run(kt, strategy, 40, seed=3)
+    assert len(times) == 40  # restarted when its own iteration limit ends it early
+    assert all(t is None or t in recorded for t in times)
+    assert times == peers.kernel_tuner_run(kt, strategy, 40, seed=3)  # a fresh search space per run
+    assert 0 < peers.fraction_at(times, 40, replay.optimum) <= 1
+
+
+def test_the_harness_prints_ours_beside_theirs_and_writes_a_json_line_per_cell(tmp_path, capsys):
+    peers = peers_module()
+    out = tmp_path / "cells.jsonl"
+    curves = tmp_path / "curves.json"
+    code = peers.main(["--spaces-dir", str(DATA), "--only", "pnpoly_trimmed", "--repeats", "2", "--budgets", "10,30",
+                       "--ours", "default,random", "--peers", "random_sample,genetic_algorithm",
+                       "--json", str(out), "--curves", str(curves)])
+    assert code == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert {(r["strategy"], r["budget"]) for r in rows} == {
+        (s, b) for s in ("default", "random", "kt:random_sample", "kt:genetic_algorithm") for b in (10, 30)}
+    assert all(len(r["fractions"]) == 2 and r["repeats"] == 2 for r in rows)
+    text = capsys.readouterr().out
+    assert "Per family" in text and "default - best other" in text
+    assert len(json.loads(curves.read_text())["pnpoly_trimmed"]["default"]) == 30
+
+    code = peers.main(["--from-json", str(out), "--budgets", "10,30", "--ours", "default,random", "--halves"])
+    assert code == 0 and "pnpoly/fit" in capsys.readouterr().out
+
+
+def test_bad_options_get_a_one_line_error(capsys):
+    peers = peers_module()
+    assert peers.main(["--spaces-dir", str(DATA), "--peers", "no_such_strategy"]) == 2
+    assert peers.main(["--spaces-dir", str(DATA), "--budgets", "ten"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and "no_such_strategy" in err[0]
