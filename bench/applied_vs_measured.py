@@ -152,8 +152,12 @@ def main() -> int:
 def _application(workload_key: str, device_key: str, db: Path, cache_dir: Path, timing_json: str,
                  extra_env: dict[str, str]) -> dict:
     env = dict(os.environ, **extra_env)
+    # In its own session, as the run worker is (and as an application started from a terminal is):
+    # with the kernel's autogroup scheduling, a child sharing this session would share its CPU
+    # share with whatever else runs in it.
     done = subprocess.run([sys.executable, "-c", APPLICATION, workload_key, device_key, str(db), str(cache_dir),
-                           timing_json], env=env, capture_output=True, text=True, timeout=600)
+                           timing_json], env=env, capture_output=True, text=True, timeout=600,
+                          start_new_session=True)
     if done.returncode != 0:
         raise SystemExit(f"the application failed for {workload_key}: {done.stderr.strip().splitlines()[-1:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])

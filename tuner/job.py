@@ -17,6 +17,7 @@ import numpy as np
 
 from measure_agent.device import DeviceInfo
 from measure_agent.engine import MeasureInput, MeasureResult, MeasureStatus
+from measure_agent.engine.build import source_digest
 from measure_agent.space import Config
 from measure_agent.templates import TemplateCatalog
 from measure_agent.workload import Workload
@@ -24,6 +25,7 @@ from tuner.log import LogUnavailable, TrialRecord, TuningLog, exact_best_config
 from tuner.log.records import RecordError, storable_text
 from tuner.measure import MeasurementAborted, Measurer
 from tuner.search import Observation, make_strategy
+from tuner.search.kernel_reuse import KernelReuse
 from tuner.steering import steer_space
 from tuner.search.transfer import prior_from_log
 
@@ -43,12 +45,17 @@ class TuneOptions:
     constraints: tuple[str, ...] = ()  # expressions every measured config satisfies
     transfer: bool = True  # start from the log's records of other workloads/devices (tuner.search.transfer)
     time_budget_s: float | None = None  # propose nothing new after this many seconds of wall time
+    # share of each batch given to runtime variants of the best kernels measured so far: configs
+    # that render an already compiled kernel, so they cost no compile (tuner.search.kernel_reuse)
+    reuse_share: float = 0.0
 
     def __post_init__(self) -> None:
         if self.trials < 1:
             raise ValueError("trials must be >= 1")
         if self.early_stopping is not None and self.early_stopping < 1:
             raise ValueError("early stopping must be >= 1")
+        if not 0.0 <= self.reuse_share < 1.0:
+            raise ValueError(f"reuse_share must be in [0, 1), not {self.reuse_share!r}")
 
     @classmethod
     def from_spec(cls, spec: "JobSpec") -> "TuneOptions":
@@ -158,6 +165,12 @@ class TuningJob:
              "pins": [f"{k}={v}" for k, v in opts.pins], "constraints": list(opts.constraints)},
         )
         best = min((r.mean_s for r in history if r.mean_s), default=math.inf)
+        reuse = KernelReuse(self.space, self._kernel_digest, seed=opts.seed) if opts.reuse_share > 0 else None
+        fastest = _Fastest()  # the best measured configs: whose kernels reuse varies
+        reuse_credit = 0.0
+        for record in history:
+            if record.mean_s and self._in_space(record.config):
+                fastest.add(record.mean_s, self.space.from_json(record.config))
         measured_now = errors = since_improvement = 0
         stopped_early = False
         status_counts: dict[str, int] = {}
@@ -183,6 +196,14 @@ class TuningJob:
                         batch.append(self.default_config)
                         strategy.claim(self.default_config)
                         pending_default = False
+                    if reuse is not None:
+                        # a running share: batches of one candidate get their turn too
+                        reuse_credit += opts.reuse_share * (room - len(batch))
+                        wanted = int(reuse_credit)
+                        variants = reuse.variants(fastest.configs(), wanted, strategy.is_new)
+                        reuse_credit -= len(variants) if variants else wanted
+                        # claimed in the strategy, which then never proposes them itself
+                        batch += [c for c in variants if strategy.claim(c) and c.digest not in measured]
                     batch += [c for c in strategy.propose(room - len(batch)) if c.digest not in measured]
                     self.measurer.submit([MeasureInput(self.workload, c, opts.target) for c in batch])
                     in_flight.update(c.digest for c in batch)
@@ -204,6 +225,8 @@ class TuningJob:
                     status_counts[result.status.value] = status_counts.get(result.status.value, 0) + 1
                     if not result.status.is_ok:
                         errors += 1
+                    if result.mean_s is not None:
+                        fastest.add(result.mean_s, item.config)
                     if result.mean_s is not None and result.mean_s < best:
                         best = result.mean_s
                         since_improvement = 0
@@ -246,6 +269,9 @@ class TuningJob:
         )
 
     # -- helpers ----------------------------------------------------------------------------
+    def _kernel_digest(self, config: Config) -> str:
+        return source_digest(self.template.render(self.workload, config))
+
     def _in_space(self, config_json: dict) -> bool:
         try:
             self.space.from_json(config_json)
@@ -277,6 +303,22 @@ class TuningJob:
                 self.workload.key, self.measurer.device_key, self.options.target, config.to_json(), failed,
                 agent=storable_text(agent, 128), template_version=self.measurer.template_version, job_id=job_id,
             )
+
+
+class _Fastest:
+    """The ``keep`` fastest measured configs (kernel reuse varies the best kernels)."""
+
+    def __init__(self, keep: int = 3) -> None:
+        self.keep = keep
+        self._entries: list[tuple[float, str, Config]] = []
+
+    def add(self, mean_s: float, config: Config) -> None:
+        self._entries.append((mean_s, config.digest, config))
+        self._entries.sort(key=lambda entry: (entry[0], entry[1]))
+        del self._entries[self.keep * 4:]  # a few more than kept: several may share one kernel
+
+    def configs(self) -> list[Config]:
+        return [config for _, _, config in self._entries]
 
 
 def _strategy_seed(seed: int, recorded: int) -> int:
