@@ -34,7 +34,7 @@ import grpc  # noqa: E402
 
 from measure_agent.device import detect_device  # noqa: E402
 from measure_agent.engine import TimingConfig  # noqa: E402
-from measure_agent.protocol import PROTOCOL_VERSION  # noqa: E402
+from measure_agent.protocol import V1_PROTOCOL_VERSION  # noqa: E402
 from measure_agent.protocol.convert import capabilities_to_proto  # noqa: E402
 from measure_agent.protocol.errors import FleetError  # noqa: E402
 from measure_agent.protocol.v1 import fleet_pb2 as pb  # noqa: E402
@@ -104,7 +104,7 @@ class HeartbeatProbe:
         self.stub = pb_grpc.AgentServiceStub(grpc.insecure_channel(address))
         caps = capabilities_to_proto(detect_device(), "probe", testing_catalog().version, [])
         self.agent_id = self.stub.Register(pb.RegisterRequest(key="probe", name="probe", capabilities=caps,
-                                                               protocol_version=PROTOCOL_VERSION, parallel=1)).agent_id
+                                                               protocol_version=V1_PROTOCOL_VERSION, parallel=1)).agent_id
         self.interval_s = interval_s
         self.latencies: list[float] = []
         self.failures = 0

@@ -69,7 +69,7 @@ def serve_protocol_agents(address: str, key: str, count: int, sleep_ms: int) -> 
     from measure_agent import __version__
     from measure_agent.device import detect_device
     from measure_agent.engine import MeasureResult, MeasureStatus
-    from measure_agent.protocol import PROTOCOL_VERSION
+    from measure_agent.protocol import V1_PROTOCOL_VERSION
     from measure_agent.protocol.convert import capabilities_to_proto, result_to_proto
     from measure_agent.protocol.v1 import fleet_pb2 as pb
     from measure_agent.protocol.v1 import fleet_pb2_grpc as pb_grpc
@@ -82,7 +82,7 @@ def serve_protocol_agents(address: str, key: str, count: int, sleep_ms: int) -> 
         from concurrent.futures import ThreadPoolExecutor
 
         reply = stub.Register(pb.RegisterRequest(key=key, name=f"{key}-p{i}", capabilities=caps,
-                                                 protocol_version=PROTOCOL_VERSION, parallel=1))
+                                                 protocol_version=V1_PROTOCOL_VERSION, parallel=1))
         agent_id = reply.agent_id
 
         def lease():

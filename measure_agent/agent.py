@@ -26,7 +26,7 @@ from measure_agent.device import DeviceInfo, detect_device
 from measure_agent.engine import MeasureEngine, MeasureInput, MeasureResult, MeasureStatus, TimingConfig
 from measure_agent.engine.engine import Prepared
 from measure_agent.engine.kernel_cache import DEFAULT_CACHE_MAX_MB
-from measure_agent.protocol import PROTOCOL_VERSION
+from measure_agent.protocol import V1_PROTOCOL_VERSION
 from measure_agent.protocol.convert import capabilities_to_proto, result_to_proto, timing_from_proto
 from measure_agent.protocol.connection import TlsFiles, Tracker, auth_metadata, leader_hint
 from measure_agent.protocol.errors import FleetError, Unauthenticated, Unavailable, VersionMismatch, from_rpc_error
@@ -166,7 +166,7 @@ class Agent:
         caps = capabilities_to_proto(self.device, __version__, self.engine.template_version,
                                      sorted(f"{t.op}/{t.target}" for t in self.engine.catalog))
         request = pb.RegisterRequest(key=self.key, name=self.name, capabilities=caps,
-                                     protocol_version=PROTOCOL_VERSION, parallel=self.parallel)
+                                     protocol_version=V1_PROTOCOL_VERSION, parallel=self.parallel)
         try:
             reply = self._rpc(self._stub.Register, request, 10.0)
         except VersionMismatch as exc:

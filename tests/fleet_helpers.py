@@ -12,7 +12,7 @@ import grpc
 
 from measure_agent.device import detect_device
 from measure_agent.engine import MeasureResult, MeasureStatus
-from measure_agent.protocol import PROTOCOL_VERSION
+from measure_agent.protocol import V1_PROTOCOL_VERSION
 from measure_agent.protocol.convert import capabilities_to_proto, result_to_proto
 from measure_agent.protocol.v1 import fleet_pb2 as pb
 from measure_agent.protocol.v1 import fleet_pb2_grpc as pb_grpc
@@ -94,7 +94,7 @@ class FakeAgent:
         caps = capabilities_to_proto(device or detect_device(), "test",
                                      template_version or testing_catalog().version, [])
         self.agent_id = self.stub.Register(pb.RegisterRequest(key=key, name=name, capabilities=caps,
-                                                               protocol_version=PROTOCOL_VERSION,
+                                                               protocol_version=V1_PROTOCOL_VERSION,
                                                                parallel=1)).agent_id
         self.cost_of = cost_of
         self.leases_when = leases_when
@@ -133,3 +133,42 @@ class FakeAgent:
         if leave:
             self.stub.Leave(pb.LeaveRequest(agent_id=self.agent_id), timeout=5)
         self.channel.close()
+
+
+class RawStream:
+    """One protocol v2 stream driven message by message (``send`` one kind, ``receive`` the next
+    daemon message): for tests of the stream itself."""
+
+    def __init__(self, address: str, metadata=(), channel: grpc.Channel | None = None) -> None:
+        import queue
+
+        from measure_agent.protocol.v2 import agent_pb2_grpc as pb2_grpc
+
+        self.channel = channel or grpc.insecure_channel(address)
+        self._requests: queue.Queue = queue.Queue()
+        self.replies = pb2_grpc.AgentServiceStub(self.channel).Connect(iter(self._requests.get, None),
+                                                                        metadata=metadata)
+
+    def send(self, **kind) -> None:
+        from measure_agent.protocol.v2 import agent_pb2 as pb2
+
+        self._requests.put(pb2.AgentMessage(**kind))
+
+    def hello(self, key: str = "k", name: str = "raw-1", template_version: str | None = None,
+              protocol_version: int | None = None, parallel: int = 1):
+        """Say hello and return the daemon's welcome (raises grpc.RpcError when refused)."""
+        from measure_agent.protocol import PROTOCOL_VERSION
+        from measure_agent.protocol.v2 import agent_pb2 as pb2
+
+        caps = capabilities_to_proto(detect_device(), "test", template_version or testing_catalog().version, [])
+        self.send(hello=pb2.Hello(key=key, name=name, capabilities=caps, parallel=parallel,
+                                  protocol_version=PROTOCOL_VERSION if protocol_version is None else protocol_version))
+        return self.receive().welcome
+
+    def receive(self):
+        return next(self.replies)
+
+    def close(self) -> None:
+        """End the stream from the agent's side (as a process that dies does)."""
+        self._requests.put(None)
+        self.replies.cancel()

@@ -11,7 +11,7 @@ import pytest
 
 from measure_agent.device import detect_device
 from measure_agent.engine import MeasureResult, MeasureStatus, MeasureInput, TimingConfig
-from measure_agent.protocol import PROTOCOL_VERSION
+from measure_agent.protocol import V1_PROTOCOL_VERSION
 from measure_agent.protocol.convert import capabilities_to_proto
 from measure_agent.protocol.errors import Busy, InvalidRequest
 from measure_agent.protocol.v1 import fleet_pb2 as pb
@@ -115,7 +115,7 @@ def test_agent_names_are_checked_at_registration(log, name, message):
         with grpc.insecure_channel(daemon.address) as channel:
             with pytest.raises(grpc.RpcError) as caught:
                 pb_grpc.AgentServiceStub(channel).Register(pb.RegisterRequest(
-                    key="k", name=name, capabilities=caps, protocol_version=PROTOCOL_VERSION, parallel=1), timeout=30)
+                    key="k", name=name, capabilities=caps, protocol_version=V1_PROTOCOL_VERSION, parallel=1), timeout=30)
         assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT and message in caught.value.details()
         assert daemon.scheduler.agents() == []
         [refused] = daemon.scheduler.refused()  # remembered for `tuner agents`, within the limits

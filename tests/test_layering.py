@@ -9,7 +9,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TUNER = ROOT / "tuner"
 MESSAGE_METHODS = {"HasField", "WhichOneof", "CopyFrom", "MergeFrom", "ClearField", "SerializeToString",
                    "ParseFromString", "FromString", "ListFields"}
-EDGE = {TUNER / "daemon" / "service.py", TUNER / "daemon" / "client.py"}
+EDGE = {TUNER / "daemon" / "service.py", TUNER / "daemon" / "stream_service.py", TUNER / "daemon" / "client.py"}
 ONNX_READER = TUNER / "graph" / "tasks.py"  # ONNX models are protobuf messages too
 
 
@@ -34,7 +34,7 @@ def test_only_the_daemon_imports_generated_protobuf_code():
     for path, tree in _modules():
         if path.is_relative_to(TUNER / "daemon"):
             continue
-        generated = [n for n in _imported(tree) if "_pb2" in n or n.startswith("measure_agent.protocol.v1")]
+        generated = [n for n in _imported(tree) if "_pb2" in n or n.startswith(("measure_agent.protocol.v1", "measure_agent.protocol.v2"))]
         if generated:
             offenders.append(f"{path.relative_to(ROOT)}: {', '.join(sorted(generated))}")
     assert offenders == []

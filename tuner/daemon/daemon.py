@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import socket
 import threading
-from concurrent import futures
 from dataclasses import dataclass
 from typing import Callable
 
@@ -14,7 +14,9 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from measure_agent.protocol.connection import CHANNEL_OPTIONS
 from measure_agent.protocol.v1 import fleet_pb2_grpc as pb_grpc
+from measure_agent.protocol.v2 import agent_pb2_grpc as pb2_grpc
 from measure_agent.templates import TemplateCatalog, default_catalog
+from tuner.daemon.aio_server import LoopServer
 from tuner.daemon.fleet_state import DaemonFleetState
 from tuner.daemon.jobs import JobManager
 from tuner.daemon.leadership import LeadershipKeeper, StandbyGate
@@ -23,13 +25,15 @@ from tuner.daemon.observability import DaemonMetrics
 from tuner.daemon.scheduler import Scheduler
 from tuner.daemon.security import TokenAuthInterceptor, server_credentials
 from tuner.daemon.service import AgentService, ClientService
+from tuner.daemon.stream_service import StreamAgentService
 from tuner.log import TuningLog
 from tuner.log.leadership import DEFAULT_TTL_S, LeaderLease
 
 logger = logging.getLogger("tunefleet.daemon")
 
 GRPC_OPTIONS = CHANNEL_OPTIONS
-SERVICE_NAMES = ("measure_agent.protocol.v1.AgentService", "measure_agent.protocol.v1.ClientService")
+SERVICE_NAMES = ("measure_agent.protocol.v2.AgentService", "measure_agent.protocol.v1.AgentService",
+                 "measure_agent.protocol.v1.ClientService")
 
 
 @dataclass(frozen=True)
@@ -45,31 +49,37 @@ class Security:
 
 def create_server(address: str, agent_service: AgentService, client_service: ClientService,
                   security: Security = Security(), max_workers: int = SERVER_THREADS,
-                  client_calls: ClientCallLimiter | None = None,
-                  gate: StandbyGate | None = None) -> tuple[grpc.Server, int, TokenAuthInterceptor]:
+                  client_calls: ClientCallLimiter | None = None, gate: StandbyGate | None = None,
+                  stream_service: StreamAgentService | None = None) -> tuple[LoopServer, int, TokenAuthInterceptor]:
     """A ready (not started) gRPC server bound to ``address`` (port 0 picks a free port), with the
     health service and, when configured, TLS and token checks. Client calls are held to
     ``client_calls`` (default: the limits of :mod:`tuner.daemon.limits`), so that clients never
-    take the threads agents need. ``gate`` refuses calls while the daemon is a standby."""
+    take the threads agents need. ``gate`` refuses calls while the daemon is a standby.
+    ``stream_service`` serves protocol v2's agent streams on the server's event loop."""
     interceptor = TokenAuthInterceptor(security.agent_tokens, security.client_tokens)
     limiter = ClientCallInterceptor(client_calls or ClientCallLimiter())
     interceptors = [interceptor] + ([gate] if gate is not None else []) + [limiter]
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="tunefleet-rpc"),
-                         options=GRPC_OPTIONS, interceptors=interceptors)
-    pb_grpc.add_AgentServiceServicer_to_server(agent_service, server)
-    pb_grpc.add_ClientServiceServicer_to_server(client_service, server)
+    if (security.tls_cert or security.tls_key) and not (security.tls_cert and security.tls_key):
+        raise ValueError("TLS needs both --tls-cert and --tls-key")
+    credentials = (server_credentials(security.tls_cert, security.tls_key, security.tls_client_ca)
+                   if security.tls_cert else None)
     health_servicer = health.HealthServicer()
     for name in ("",) + SERVICE_NAMES:
         health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    if security.tls_cert or security.tls_key:
-        if not (security.tls_cert and security.tls_key):
-            raise ValueError("TLS needs both --tls-cert and --tls-key")
-        port = server.add_secure_port(
-            address, server_credentials(security.tls_cert, security.tls_key, security.tls_client_ca))
-    else:
-        port = server.add_insecure_port(address)
+
+    def setup(server: grpc.aio.Server) -> int:
+        if stream_service is not None:
+            stream_service.bind(asyncio.get_running_loop())
+            pb2_grpc.add_AgentServiceServicer_to_server(stream_service, server)
+        pb_grpc.add_AgentServiceServicer_to_server(agent_service, server)
+        pb_grpc.add_ClientServiceServicer_to_server(client_service, server)
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+        return server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
+
+    server = LoopServer(interceptors, GRPC_OPTIONS, max_workers, setup)
+    port = server.setup_result
     if port == 0:
+        server.stop(None)
         raise OSError(f"cannot listen on {address}")
     server.health_servicer = health_servicer  # type: ignore[attr-defined]
     return server, port, interceptor
@@ -96,9 +106,10 @@ class Daemon:
         self.jobs = JobManager(self.scheduler, log, self.catalog)
         self.gate = StandbyGate(leading=not leadership)
         self.fleet_state = DaemonFleetState(self.scheduler, self.jobs, self.gate)  # the dashboard's live view
+        self.streams = StreamAgentService(self.scheduler, self.catalog)  # protocol v2's agents
         self.server, self.port, self.auth = create_server(
             listen, AgentService(self.scheduler, self.catalog), ClientService(self.jobs, self.scheduler, self.catalog, self.gate),
-            security, gate=self.gate,
+            security, gate=self.gate, stream_service=self.streams,
         )
         host = listen.rsplit(":", 1)[0] or "127.0.0.1"
         self.address = f"{host}:{self.port}"

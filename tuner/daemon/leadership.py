@@ -19,7 +19,7 @@ from typing import Callable
 import grpc
 
 from measure_agent.protocol.connection import LEADER_METADATA_KEY
-from tuner.daemon.security import AGENT_SERVICE, CLIENT_SERVICE, refusing_handler
+from tuner.daemon.security import AGENT_SERVICES, CLIENT_SERVICE, refusing_handler
 from tuner.log import LogUnavailable, TuningLogError
 from tuner.log.leadership import LeaderLease
 
@@ -38,7 +38,7 @@ class StandbyGate(grpc.ServerInterceptor):
 
     def intercept_service(self, continuation, handler_call_details):
         method = handler_call_details.method
-        if self.leading or not method.startswith((AGENT_SERVICE, CLIENT_SERVICE)):
+        if self.leading or not method.startswith((*AGENT_SERVICES, CLIENT_SERVICE)):
             return continuation(handler_call_details)
         leader = self.leader_address
         message = (f"this daemon is a standby; the leader is at {leader}" if leader

@@ -129,6 +129,9 @@ class Scheduler:
         self._next_dead_scan = 0.0
         # (name, key, host) -> (the refusal, when last refused); oldest first, bounded
         self._refused: OrderedDict[tuple[str, str, str], tuple[RefusedAgent, float]] = OrderedDict()
+        # Told (under the lock: must not block) the device key whenever candidates are queued for it:
+        # the stream service pushes them to agents that gave credit, without a waiting thread each.
+        self._work_listeners: list[Callable[[str], None]] = []
 
     # -- agents -----------------------------------------------------------------------------
     def register(self, key: str, name: str, device_info: dict, parallel: int = 1, peer: str = "",
@@ -319,6 +322,17 @@ class Scheduler:
             return queued, leased
 
     # -- agents' side -----------------------------------------------------------------------
+    def add_work_listener(self, listener: Callable[[str], None]) -> None:
+        """Call ``listener(key)`` whenever candidates of ``key`` are queued or requeued. It runs
+        under the scheduler's lock, so it must only hand the news on (to an event loop)."""
+        with self._lock:
+            self._work_listeners.append(listener)
+
+    def has_queued(self, key: str) -> bool:
+        """Whether any candidate of ``key`` waits for an agent (cost: the key's jobs, not its agents)."""
+        with self._lock:
+            return any(self._queues.get(key, {}).values())
+
     def lease(self, agent_id: str, max_candidates: int, wait_s: float) -> list[Candidate] | None:
         """Up to ``max_candidates`` for the agent, waiting up to ``wait_s`` for the first; None if unknown."""
         deadline = self._clock() + max(0.0, wait_s)
@@ -388,6 +402,8 @@ class Scheduler:
                 condition.notify_all()
             else:
                 condition.notify(count)
+        for listener in self._work_listeners:
+            listener(key)
 
     def _take(self, agent: AgentState, n: int) -> list[Candidate]:
         if agent.quarantined:

@@ -20,7 +20,8 @@ from measure_agent.protocol.connection import CredentialsError, read_pem
 
 logger = logging.getLogger("tunefleet.daemon")
 
-AGENT_SERVICE = "/measure_agent.protocol.v1.AgentService/"
+# Agents speak v2 (one stream each); v1's agent service remains to answer agents of that version.
+AGENT_SERVICES = ("/measure_agent.protocol.v2.AgentService/", "/measure_agent.protocol.v1.AgentService/")
 CLIENT_SERVICE = "/measure_agent.protocol.v1.ClientService/"
 
 
@@ -89,7 +90,7 @@ class TokenAuthInterceptor(grpc.ServerInterceptor):
 
     def intercept_service(self, continuation, handler_call_details):
         method = handler_call_details.method
-        if method.startswith(AGENT_SERVICE):
+        if method.startswith(AGENT_SERVICES):
             tokens, who = self.agent_tokens, "agent"
         elif method.startswith(CLIENT_SERVICE):
             tokens, who = self.client_tokens, "client"
@@ -132,8 +133,15 @@ def refusing_handler(handler, code: grpc.StatusCode, message: str, method: str, 
         abort(request, context)
         yield  # pragma: no cover - abort raises
 
+    def abort_bidi(requests, context):
+        abort(None, context)
+        yield  # pragma: no cover - abort raises
+
     if handler is None:
         return None
+    if handler.request_streaming and handler.response_streaming:
+        return grpc.stream_stream_rpc_method_handler(abort_bidi, handler.request_deserializer,
+                                                     handler.response_serializer)
     if handler.response_streaming:
         return grpc.unary_stream_rpc_method_handler(abort_stream, handler.request_deserializer,
                                                     handler.response_serializer)

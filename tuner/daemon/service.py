@@ -7,11 +7,12 @@ import json
 import logging
 import time
 from dataclasses import replace
+from typing import Protocol
 
 import grpc
 
 from measure_agent.device import DeviceInfo, DeviceKeyError, check_device_key
-from measure_agent.protocol import PROTOCOL_VERSION
+from measure_agent.protocol import V1_PROTOCOL_VERSION
 from measure_agent.engine import MeasureInput, MeasureResult, MeasureStatus, TimingConfig
 from measure_agent.protocol.convert import (
     capabilities_to_json,
@@ -59,6 +60,39 @@ logger = logging.getLogger("tunefleet.daemon")
 
 
 
+class Registration(Protocol):
+    """What an agent says when it joins: v1's RegisterRequest and v2's Hello alike."""
+
+    key: str
+    name: str
+    capabilities: pb.Capabilities
+    protocol_version: int
+    parallel: int
+
+
+def check_registration(request: Registration, catalog: TemplateCatalog, expected_protocol: int) -> None:
+    """Raise the :class:`FleetError` (one line) that refuses this registration, if any."""
+    if request.protocol_version != expected_protocol:
+        raise VersionMismatch(
+            f"agent speaks protocol {request.protocol_version}, daemon {expected_protocol}: "
+            "install the same tunefleet version on both"
+        )
+    theirs = request.capabilities.template_version
+    if theirs != catalog.version:
+        raise VersionMismatch(
+            f"agent templates version {theirs or '(none)'} differs from the daemon's {catalog.version}: "
+            "install the same tunefleet version on agent and daemon"
+        )
+    try:
+        check_device_key(request.key)
+    except DeviceKeyError as exc:
+        raise InvalidRequest(str(exc)) from None
+    if not 1 <= request.parallel <= 1024:
+        raise InvalidRequest("parallel must be between 1 and 1024")
+    _check_agent_name(request.name)
+    _check_capabilities(request.capabilities)
+
+
 class AgentService(pb_grpc.AgentServiceServicer):
     def __init__(self, scheduler: Scheduler, catalog: TemplateCatalog) -> None:
         self.scheduler = scheduler
@@ -66,29 +100,11 @@ class AgentService(pb_grpc.AgentServiceServicer):
 
     def Register(self, request: pb.RegisterRequest, context: grpc.ServicerContext) -> pb.RegisterReply:
         try:
-            if request.protocol_version != PROTOCOL_VERSION:
-                raise VersionMismatch(
-                    f"agent speaks protocol {request.protocol_version}, daemon {PROTOCOL_VERSION}: "
-                    "install the same tunefleet version on both"
-                )
-            theirs = request.capabilities.template_version
-            if theirs != self.catalog.version:
-                raise VersionMismatch(
-                    f"agent templates version {theirs or '(none)'} differs from the daemon's {self.catalog.version}: "
-                    "install the same tunefleet version on agent and daemon"
-                )
-            try:
-                check_device_key(request.key)
-            except DeviceKeyError as exc:
-                raise InvalidRequest(str(exc)) from None
-            if not 1 <= request.parallel <= 1024:
-                raise InvalidRequest("parallel must be between 1 and 1024")
-            _check_agent_name(request.name)
-            _check_capabilities(request.capabilities)
+            check_registration(request, self.catalog, V1_PROTOCOL_VERSION)
         except FleetError as exc:
             logger.warning("refused agent %s (key %s) from %s: %s", shown(request.name), shown(request.key),
                            context.peer(), exc)
-            self.scheduler.refuse(_refusal(request, context.peer(), self.catalog.version, exc))
+            self.scheduler.refuse(refusal(request, context.peer(), self.catalog.version, exc, V1_PROTOCOL_VERSION))
             abort(context, exc)
         agent = self.scheduler.register(
             request.key, request.name or context.peer(), capabilities_to_json(request.capabilities),
@@ -237,7 +253,8 @@ def _measure_configs(service: "ClientService", request: pb.MeasureRequest, conte
     )
 
 
-def _refusal(request: pb.RegisterRequest, peer: str, expected_template_version: str, why: FleetError) -> RefusedAgent:
+def refusal(request: Registration, peer: str, expected_template_version: str, why: FleetError,
+            expected_protocol: int) -> RefusedAgent:
     """What ``tuner agents`` shows of a refused registration: what the agent sent, cut to the
     daemon's limits (it was refused, so any of it may be too long or not text)."""
     caps = request.capabilities
@@ -250,7 +267,7 @@ def _refusal(request: pb.RegisterRequest, peer: str, expected_template_version: 
                         peer=text(host), agent_version=text(caps.agent_version),
                         template_version=text(caps.template_version),
                         expected_template_version=expected_template_version,
-                        protocol_version=request.protocol_version, expected_protocol_version=PROTOCOL_VERSION,
+                        protocol_version=request.protocol_version, expected_protocol_version=expected_protocol,
                         reason=text(str(why)))
 
 

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from measure_agent.protocol.v1 import fleet_pb2 as measure__agent_dot_protocol_dot_v1_dot_fleet__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n%measure_agent/protocol/v2/agent.proto\x12\x19measure_agent.protocol.v2\x1a%measure_agent/protocol/v1/fleet.proto\"\x8d\x01\n\x05Hello\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12=\n\x0c\x63\x61pabilities\x18\x03 \x01(\x0b\x32\'.measure_agent.protocol.v1.Capabilities\x12\x18\n\x10protocol_version\x18\x04 \x01(\x05\x12\x10\n\x08parallel\x18\x05 \x01(\x05\"\x1c\n\x06\x43redit\x12\x12\n\ncandidates\x18\x01 \x01(\x05\"G\n\x07Results\x12<\n\x0cmeasurements\x18\x01 \x03(\x0b\x32&.measure_agent.protocol.v1.Measurement\"\x0b\n\tHeartbeat\"\t\n\x07Leaving\"\xa7\x02\n\x0c\x41gentMessage\x12\x31\n\x05hello\x18\x01 \x01(\x0b\x32 .measure_agent.protocol.v2.HelloH\x00\x12\x33\n\x06\x63redit\x18\x02 \x01(\x0b\x32!.measure_agent.protocol.v2.CreditH\x00\x12\x35\n\x07results\x18\x03 \x01(\x0b\x32\".measure_agent.protocol.v2.ResultsH\x00\x12\x39\n\theartbeat\x18\x04 \x01(\x0b\x32$.measure_agent.protocol.v2.HeartbeatH\x00\x12\x35\n\x07leaving\x18\x05 \x01(\x0b\x32\".measure_agent.protocol.v2.LeavingH\x00\x42\x06\n\x04kind\"l\n\x07Welcome\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\x1c\n\x14heartbeat_interval_s\x18\x02 \x01(\x01\x12\x17\n\x0f\x61gent_timeout_s\x18\x03 \x01(\x01\x12\x18\n\x10protocol_version\x18\x04 \x01(\x05\"B\n\x06Leases\x12\x38\n\ncandidates\x18\x01 \x03(\x0b\x32$.measure_agent.protocol.v1.Candidate\":\n\nResultsAck\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x05\x12\x1a\n\x12rejected_lease_ids\x18\x02 \x03(\t\"\x0e\n\x0cHeartbeatAck\"\x83\x02\n\rDaemonMessage\x12\x35\n\x07welcome\x18\x01 \x01(\x0b\x32\".measure_agent.protocol.v2.WelcomeH\x00\x12\x33\n\x06leases\x18\x02 \x01(\x0b\x32!.measure_agent.protocol.v2.LeasesH\x00\x12<\n\x0bresults_ack\x18\x03 \x01(\x0b\x32%.measure_agent.protocol.v2.ResultsAckH\x00\x12@\n\rheartbeat_ack\x18\x04 \x01(\x0b\x32\'.measure_agent.protocol.v2.HeartbeatAckH\x00\x42\x06\n\x04kind2p\n\x0c\x41gentService\x12`\n\x07\x43onnect\x12\'.measure_agent.protocol.v2.AgentMessage\x1a(.measure_agent.protocol.v2.DaemonMessage(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n%measure_agent/protocol/v2/agent.proto\x12\x19measure_agent.protocol.v2\x1a%measure_agent/protocol/v1/fleet.proto\"\x8d\x01\n\x05Hello\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12=\n\x0c\x63\x61pabilities\x18\x03 \x01(\x0b\x32\'.measure_agent.protocol.v1.Capabilities\x12\x18\n\x10protocol_version\x18\x04 \x01(\x05\x12\x10\n\x08parallel\x18\x05 \x01(\x05\"\x1c\n\x06\x43redit\x12\x12\n\ncandidates\x18\x01 \x01(\x05\"G\n\x07Results\x12<\n\x0cmeasurements\x18\x01 \x03(\x0b\x32&.measure_agent.protocol.v1.Measurement\"\x0b\n\tHeartbeat\"\t\n\x07Leaving\"\xa7\x02\n\x0c\x41gentMessage\x12\x31\n\x05hello\x18\x01 \x01(\x0b\x32 .measure_agent.protocol.v2.HelloH\x00\x12\x33\n\x06\x63redit\x18\x02 \x01(\x0b\x32!.measure_agent.protocol.v2.CreditH\x00\x12\x35\n\x07results\x18\x03 \x01(\x0b\x32\".measure_agent.protocol.v2.ResultsH\x00\x12\x39\n\theartbeat\x18\x04 \x01(\x0b\x32$.measure_agent.protocol.v2.HeartbeatH\x00\x12\x35\n\x07leaving\x18\x05 \x01(\x0b\x32\".measure_agent.protocol.v2.LeavingH\x00\x42\x06\n\x04kind\"l\n\x07Welcome\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\x1c\n\x14heartbeat_interval_s\x18\x02 \x01(\x01\x12\x17\n\x0f\x61gent_timeout_s\x18\x03 \x01(\x01\x12\x18\n\x10protocol_version\x18\x04 \x01(\x05\"B\n\x06Leases\x12\x38\n\ncandidates\x18\x01 \x03(\x0b\x32$.measure_agent.protocol.v1.Candidate\"#\n\x0eResultsRefused\x12\x11\n\tlease_ids\x18\x01 \x03(\t\"\x0e\n\x0cHeartbeatAck\"\x8b\x02\n\rDaemonMessage\x12\x35\n\x07welcome\x18\x01 \x01(\x0b\x32\".measure_agent.protocol.v2.WelcomeH\x00\x12\x33\n\x06leases\x18\x02 \x01(\x0b\x32!.measure_agent.protocol.v2.LeasesH\x00\x12\x44\n\x0fresults_refused\x18\x03 \x01(\x0b\x32).measure_agent.protocol.v2.ResultsRefusedH\x00\x12@\n\rheartbeat_ack\x18\x04 \x01(\x0b\x32\'.measure_agent.protocol.v2.HeartbeatAckH\x00\x42\x06\n\x04kind2p\n\x0c\x41gentService\x12`\n\x07\x43onnect\x12\'.measure_agent.protocol.v2.AgentMessage\x1a(.measure_agent.protocol.v2.DaemonMessage(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -48,12 +48,12 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_WELCOME']._serialized_end=784
   _globals['_LEASES']._serialized_start=786
   _globals['_LEASES']._serialized_end=852
-  _globals['_RESULTSACK']._serialized_start=854
-  _globals['_RESULTSACK']._serialized_end=912
-  _globals['_HEARTBEATACK']._serialized_start=914
-  _globals['_HEARTBEATACK']._serialized_end=928
-  _globals['_DAEMONMESSAGE']._serialized_start=931
-  _globals['_DAEMONMESSAGE']._serialized_end=1190
-  _globals['_AGENTSERVICE']._serialized_start=1192
-  _globals['_AGENTSERVICE']._serialized_end=1304
+  _globals['_RESULTSREFUSED']._serialized_start=854
+  _globals['_RESULTSREFUSED']._serialized_end=889
+  _globals['_HEARTBEATACK']._serialized_start=891
+  _globals['_HEARTBEATACK']._serialized_end=905
+  _globals['_DAEMONMESSAGE']._serialized_start=908
+  _globals['_DAEMONMESSAGE']._serialized_end=1175
+  _globals['_AGENTSERVICE']._serialized_start=1177
+  _globals['_AGENTSERVICE']._serialized_end=1289
 # @@protoc_insertion_point(module_scope)

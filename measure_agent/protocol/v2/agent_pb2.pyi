@@ -72,26 +72,24 @@ class Leases(_message.Message):
     candidates: _containers.RepeatedCompositeFieldContainer[_fleet_pb2.Candidate]
     def __init__(self, candidates: _Optional[_Iterable[_Union[_fleet_pb2.Candidate, _Mapping]]] = ...) -> None: ...
 
-class ResultsAck(_message.Message):
-    __slots__ = ("accepted", "rejected_lease_ids")
-    ACCEPTED_FIELD_NUMBER: _ClassVar[int]
-    REJECTED_LEASE_IDS_FIELD_NUMBER: _ClassVar[int]
-    accepted: int
-    rejected_lease_ids: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, accepted: _Optional[int] = ..., rejected_lease_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+class ResultsRefused(_message.Message):
+    __slots__ = ("lease_ids",)
+    LEASE_IDS_FIELD_NUMBER: _ClassVar[int]
+    lease_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, lease_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class HeartbeatAck(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
 class DaemonMessage(_message.Message):
-    __slots__ = ("welcome", "leases", "results_ack", "heartbeat_ack")
+    __slots__ = ("welcome", "leases", "results_refused", "heartbeat_ack")
     WELCOME_FIELD_NUMBER: _ClassVar[int]
     LEASES_FIELD_NUMBER: _ClassVar[int]
-    RESULTS_ACK_FIELD_NUMBER: _ClassVar[int]
+    RESULTS_REFUSED_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_ACK_FIELD_NUMBER: _ClassVar[int]
     welcome: Welcome
     leases: Leases
-    results_ack: ResultsAck
+    results_refused: ResultsRefused
     heartbeat_ack: HeartbeatAck
-    def __init__(self, welcome: _Optional[_Union[Welcome, _Mapping]] = ..., leases: _Optional[_Union[Leases, _Mapping]] = ..., results_ack: _Optional[_Union[ResultsAck, _Mapping]] = ..., heartbeat_ack: _Optional[_Union[HeartbeatAck, _Mapping]] = ...) -> None: ...
+    def __init__(self, welcome: _Optional[_Union[Welcome, _Mapping]] = ..., leases: _Optional[_Union[Leases, _Mapping]] = ..., results_refused: _Optional[_Union[ResultsRefused, _Mapping]] = ..., heartbeat_ack: _Optional[_Union[HeartbeatAck, _Mapping]] = ...) -> None: ...

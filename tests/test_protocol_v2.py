@@ -1,0 +1,148 @@
+"""Protocol v2 on the wire: one stream per agent carries registration, leases, batched results and
+heartbeats; the scheduler's rules hold as for v1 (late results refused, requeue on agent loss,
+template-version check, tokens)."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+
+from measure_agent.engine import MeasureInput, MeasureResult, MeasureStatus, TimingConfig
+from measure_agent.protocol.convert import result_to_proto
+from measure_agent.protocol.v2 import agent_pb2 as pb2
+from measure_agent.space import Config
+from measure_agent.workload import parse_workload
+from tuner.log import TuningLog
+
+from fleet_helpers import RawStream, start_daemon, wait_for
+
+pytestmark = pytest.mark.timeout(120)
+FAST = TimingConfig(repeat=1, warmup=0, run_timeout_s=10)
+ITEM = MeasureInput(parse_workload("matmul(M=1,N=1,K=1)"), Config((("variant", 0),)), "sleep")
+OK = MeasureResult(MeasureStatus.OK, costs=(1e-3,))
+
+
+@pytest.fixture()
+def daemon(tmp_path):
+    with TuningLog(f"sqlite:///{tmp_path / 'v2.db'}") as log:
+        daemon = start_daemon(log)
+        yield daemon
+        daemon.stop(grace_s=0.5)
+
+
+def _lease_ids(stream: RawStream, count: int) -> list[str]:
+    """Lease ids pushed to the stream until ``count`` arrived (other messages skipped)."""
+    ids: list[str] = []
+    while len(ids) < count:
+        message = stream.receive()
+        if message.WhichOneof("kind") == "leases":
+            ids += [c.lease_id for c in message.leases.candidates]
+    return ids
+
+
+def test_register_lease_on_credit_and_batched_results(daemon):
+    stream = RawStream(daemon.address)
+    try:
+        welcome = stream.hello(key="k", name="raw-1")
+        assert welcome.agent_id and welcome.protocol_version == 2
+        assert welcome.heartbeat_interval_s == daemon.scheduler.heartbeat_interval_s
+        assert [a.name for a in daemon.scheduler.agents()] == ["raw-1"]
+        batch = daemon.scheduler.submit("k", 1, 0, [ITEM] * 3, FAST)
+        stream.send(credit=pb2.Credit(candidates=2))  # work queued before the credit
+        first = _lease_ids(stream, 2)
+        assert len(first) == 2
+        stream.send(credit=pb2.Credit(candidates=5))  # credit left over waits for work
+        [third] = _lease_ids(stream, 1)
+        stream.send(results=pb2.Results(measurements=[result_to_proto(i, OK) for i in first + [third]]))
+        wait_for(lambda: batch.remaining == 0, 10, "three results from one message")
+        assert [r.measured_by for r in batch.results] == ["raw-1"] * 3
+        more = daemon.scheduler.submit("k", 2, 0, [ITEM] * 2, FAST)  # pushed: credit 4 was waiting
+        pushed = _lease_ids(stream, 2)
+        stream.send(heartbeat=pb2.Heartbeat())
+        kinds = []
+        while "heartbeat_ack" not in kinds:
+            kinds.append(stream.receive().WhichOneof("kind"))
+        stream.send(results=pb2.Results(measurements=[result_to_proto(i, OK) for i in pushed]))
+        wait_for(lambda: more.remaining == 0, 10, "pushed work reported")
+    finally:
+        stream.close()
+
+
+def test_late_result_is_refused_and_lost_stream_requeues_at_once(daemon):
+    slow = RawStream(daemon.address)
+    fast = RawStream(daemon.address)
+    try:
+        slow_id = slow.hello(name="slow").agent_id
+        batch = daemon.scheduler.submit("k", 1, 0, [ITEM], FAST)
+        slow.send(credit=pb2.Credit(candidates=1))
+        [lease_id] = _lease_ids(slow, 1)
+        slow.close()  # the agent is lost: its lease goes back to the queue without waiting for a timeout
+        wait_for(lambda: slow_id not in {a.agent_id for a in daemon.scheduler.agents()}, 10, "slow gone")
+        fast.hello(name="fast")
+        fast.send(credit=pb2.Credit(candidates=1))
+        [again] = _lease_ids(fast, 1)
+        assert again != lease_id
+        fast.send(results=pb2.Results(measurements=[result_to_proto(lease_id, OK)]))  # not its lease
+        message = fast.receive()
+        assert list(message.results_refused.lease_ids) == [lease_id]
+        assert batch.remaining == 1
+        fast.send(results=pb2.Results(measurements=[result_to_proto(again, OK)]))
+        wait_for(lambda: batch.remaining == 0, 10, "the requeued candidate measured")
+        assert batch.results[0].measured_by == "fast"
+    finally:
+        fast.close()
+
+
+def test_leaving_requeues_what_the_agent_held(daemon):
+    stream = RawStream(daemon.address)
+    stream.hello(name="leaver")
+    daemon.scheduler.submit("k", 1, 0, [ITEM] * 2, FAST)
+    stream.send(credit=pb2.Credit(candidates=2))
+    _lease_ids(stream, 2)
+    assert daemon.scheduler.job_counts(1) == (0, 2)
+    stream.send(leaving=pb2.Leaving())
+    wait_for(lambda: daemon.scheduler.job_counts(1) == (2, 0), 10, "leases back in the queue")
+    assert daemon.scheduler.agents() == []
+    stream.close()
+
+
+def test_template_and_protocol_versions_are_refused_with_one_line_naming_both(daemon):
+    for kwargs, words in [({"template_version": "0" * 16}, ["templates version " + "0" * 16, daemon.catalog.version]),
+                          ({"protocol_version": 1}, ["agent speaks protocol 1, daemon 2"])]:
+        stream = RawStream(daemon.address)
+        with pytest.raises(grpc.RpcError) as refused:
+            stream.hello(name="old", **kwargs)
+        assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        details = refused.value.details()
+        assert "\n" not in details and all(w in details for w in words), details
+        stream.close()
+    assert daemon.scheduler.agents() == []
+    assert [r.name for r in daemon.scheduler.refused()] == ["old"]
+
+
+def test_the_first_message_must_be_hello(daemon):
+    stream = RawStream(daemon.address)
+    stream.send(credit=pb2.Credit(candidates=1))
+    with pytest.raises(grpc.RpcError) as refused:
+        stream.receive()
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    stream.close()
+
+
+def test_an_agent_presumed_dead_is_told_to_join_again(tmp_path):
+    with TuningLog(f"sqlite:///{tmp_path / 'v2.db'}") as log:
+        daemon = start_daemon(log)
+        stream = RawStream(daemon.address)
+        try:
+            agent_id = stream.hello().agent_id
+            with daemon.scheduler._lock:  # as if its heartbeats had stopped reaching the daemon
+                daemon.scheduler._agents[agent_id].last_heartbeat -= 60
+            daemon.scheduler.expire_dead_agents()
+            stream.send(heartbeat=pb2.Heartbeat())
+            with pytest.raises(grpc.RpcError) as ended:
+                while True:
+                    stream.receive()
+            assert ended.value.code() == grpc.StatusCode.NOT_FOUND and "join again" in ended.value.details()
+        finally:
+            stream.close()
+            daemon.stop(grace_s=0.5)
