@@ -18,8 +18,10 @@ Then, interleaved round after round so that both sides see the same host load:
 Printed per operator: the tuner's recorded mean, the medians over the rounds (the sides take turns
 going first), and the ratios applied / engine (of the medians and of the bests of the same rounds)
 and applied / recorded. Target: within 5% (0.95-1.05). The host's load
-average is printed at the start and the end: on a shared host the ratio of interleaved medians is the
-figure to trust, not the absolute times.
+average is printed at the start and the end: on a shared host compare the interleaved ratios, not
+the absolute times. On a host busier than its cores a parallel kernel's time swings 2-4x from one
+repeat to the next whichever process runs it (its threads wait for each other when one is
+descheduled), so there the ratio of the bests is the figure to trust; on a quiet host the medians.
 
     python bench/applied_vs_measured.py                       # every CPU operator, 8 trials, 5 rounds
     python bench/applied_vs_measured.py --ops matmul dense --trials 4 --rounds 3 --spinning

@@ -90,6 +90,7 @@ def run_agent(args: argparse.Namespace) -> int:
         args.key = detect_device().default_key
         print(f"measure-agent: joining under this host's detected key {args.key} (--key to choose another)",
               file=sys.stderr)
+    from measure_agent.engine.runtime import RuntimeSettingsError
     from measure_agent.protocol.connection import CredentialsError, TlsFiles, read_tokens
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -98,7 +99,7 @@ def run_agent(args: argparse.Namespace) -> int:
         tls = TlsFiles(args.tls_ca, args.tls_cert, args.tls_key)
         agent = Agent(args.tracker, args.key, name=args.name, parallel=args.parallel, catalog=args.templates,
                       token=token, tls=tls, cache_max_mb=args.cache_max_mb)
-    except CredentialsError as exc:
+    except (CredentialsError, RuntimeSettingsError) as exc:  # a bad token file, or NUMBA_NUM_THREADS=two
         print(f"measure-agent: error: {exc}", file=sys.stderr)
         return 2
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -78,3 +78,23 @@ def test_a_job_gives_its_reuse_share_to_kernels_already_built(tmp_path, share):
 def test_reuse_share_must_be_a_fraction():
     with pytest.raises(ValueError, match="reuse_share"):
         TuneOptions(reuse_share=1.0)
+
+
+def test_the_engine_builds_a_kernel_once_for_every_config_that_renders_it(kernel_cache_dir):
+    """Configs differing only in runtime knobs share a kernel: the engine builds it for the first
+    and the run worker loads it for the others (no build, compile time 0), every one measured."""
+    from measure_agent.engine import MeasureEngine, MeasureInput, TimingConfig
+
+    small = parse_workload("matmul(M=24,N=40,K=16)")
+    space = TEMPLATE.space(small)
+    default = TEMPLATE.default_config(small, space)
+    seen = {default.digest}
+    variants = KernelReuse(space, lambda c: source_digest(TEMPLATE.render(small, c)), seed=2).variants(
+        [default], 2, lambda c: c.digest not in seen)
+    assert len(variants) == 2
+    timing = TimingConfig(number=1, repeat=1, min_repeat_ms=0, warmup=1, build_timeout_s=300, run_timeout_s=60)
+    with MeasureEngine(timing, cache_dir=kernel_cache_dir / "reuse") as engine:
+        first = engine.measure([MeasureInput(small, default)])
+        rest = engine.measure([MeasureInput(small, v) for v in variants])
+    assert [r.status for r in first + rest] == [MeasureStatus.OK] * 3
+    assert first[0].compile_time_s > 0 and [r.compile_time_s for r in rest] == [0.0, 0.0]

@@ -113,6 +113,7 @@ class TunedKernel:
         self.numba_environment_applied = numba_environment_applied
         self.runtime = runtime if runtime is not None else KernelRuntime.resolve()
         self.runtime_report: RuntimeReport | None = None  # set by warm_up
+        self._threads: int | None = None  # per call, capped at numba's pool (known once it started)
         self._dtype = np.dtype(workload.dtype)
         self._input_shapes = tuple(tuple(s) for s in input_shapes)
         self._output_shape = tuple(workload.spec.output_shape(workload.params))
@@ -173,10 +174,11 @@ class TunedKernel:
     def _run(self, arrays: Sequence[np.ndarray], out: np.ndarray) -> None:
         import numba
 
+        if self._threads is None:
+            self._threads = self.runtime.call_threads()
         # numba's thread count is per calling thread: an application thread gets the runtime's
-        threads = self.runtime.call_threads()
-        if numba.get_num_threads() != threads:
-            numba.set_num_threads(threads)
+        if numba.get_num_threads() != self._threads:
+            numba.set_num_threads(self._threads)
         self.kernel(*arrays, out, *self.kernel_source.runtime_args)
 
 

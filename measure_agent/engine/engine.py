@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Sequence
 
 from measure_agent.device import detect_device
-from measure_agent.engine.build import default_kernel_cache_dir
+from measure_agent.engine.build import default_kernel_cache_dir, source_digest
 from measure_agent.engine.kernel_cache import DEFAULT_CACHE_MAX_MB, LOW_WATER, ScanSchedule, evict_to_cap
 from measure_agent.engine.process import WorkerCrashed, WorkerProcess, WorkerTimedOut
 from measure_agent.engine.runtime import KernelRuntime
@@ -72,6 +72,7 @@ class MeasureEngine:
         # once, from this process's environment, as tuner.best_kernel resolves it in an application
         self.runtime = KernelRuntime.resolve()
         self._kernels_in_use: Counter[str] = Counter()  # prepared, not yet run: never evicted
+        self._built_kernels: set[str] = set()  # built by this engine and still in the cache
         self._in_use_lock = threading.Lock()
         self._cache_scans = ScanSchedule(self.cache_max_bytes)
         self._builders: queue.Queue[WorkerProcess] = queue.Queue()
@@ -171,7 +172,15 @@ class MeasureEngine:
         return message
 
     def _build(self, item: MeasureInput, timing: TimingConfig) -> tuple[MeasureResult, str]:
-        """The build's result and the digest of the kernel it cached ("" when it failed)."""
+        """The build's result and the digest of the kernel it cached ("" when it failed).
+
+        A config that renders a kernel this engine built before (configs differing only in knobs
+        the kernel takes at run time share one) needs no build: the run worker loads the machine
+        code from numba's disk cache (or compiles it, under the build limit, if it was evicted)."""
+        kernel = self._kernel_digest(item)
+        with self._in_use_lock:
+            if kernel is not None and kernel in self._built_kernels:
+                return MeasureResult(MeasureStatus.OK, compile_time_s=0.0), kernel
         worker = self._builders.get()
         try:
             reply = worker.request(self._request(item, "build", timing), timing.build_timeout_s)
@@ -181,7 +190,19 @@ class MeasureEngine:
             return MeasureResult(MeasureStatus.COMPILE_ERROR, message=f"build crashed: {exc}"), ""
         finally:
             self._builders.put(worker)
-        return _result_from_reply(reply), str(reply.get("kernel", ""))
+        result, built = _result_from_reply(reply), str(reply.get("kernel", ""))
+        if result.status is MeasureStatus.OK and built:
+            with self._in_use_lock:
+                self._built_kernels.add(built)
+        return result, built
+
+    def _kernel_digest(self, item: MeasureInput) -> str | None:
+        """The digest of the kernel source ``item`` renders (as the worker renders it); None when
+        it does not render here (the build worker then reports why)."""
+        try:
+            return source_digest(self.catalog.get(item.workload.op, item.target).render(item.workload, item.config))
+        except Exception:  # noqa: BLE001 - a template's failure belongs to the candidate's build
+            return None
 
     def _evict(self, kernels_built: int) -> None:
         """Hold the kernel cache to its cap, keeping every kernel a prepared candidate needs."""
@@ -196,6 +217,8 @@ class MeasureEngine:
             logger.warning("kernel cache %s: eviction failed: %s", self.cache_dir, exc)
             return
         self._cache_scans.scanned(eviction)
+        with self._in_use_lock:
+            self._built_kernels.difference_update(e.digest for e in eviction.evicted)
         if eviction.evicted:
             logger.debug("kernel cache: evicted %d kernels (%d bytes)", len(eviction.evicted),
                          sum(e.size_bytes for e in eviction.evicted))

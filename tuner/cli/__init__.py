@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from measure_agent.engine.runtime import RuntimeSettingsError
 from tuner.cli import (
     best,
     config,
@@ -70,6 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     except CliError as exc:
         print(f"tuner: error: {exc}", file=sys.stderr)
         return exc.code
+    except RuntimeSettingsError as exc:  # an exported kernel runtime setting, e.g. NUMBA_NUM_THREADS=two
+        print(f"tuner: error: {exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("tuner: interrupted; measured results are in the log, re-run the same command to resume", file=sys.stderr)
         return 130
