@@ -14,9 +14,9 @@ is an asyncio sleep): a few processes of asyncio agents, so a thousand fit on a 
 daemon runs in this process: ``daemon_cpu_ms`` is its CPU (gRPC server, scheduler, the job's search
 and log) per candidate, ``daemon_rss_mb`` its resident memory with every agent connected, and
 ``p99_ms`` the 99th percentile from a lease to its accepted result. v1 points are served by the same
-daemon's unary agent service (its calls on the server's thread pool).
+daemon with its unary agent service switched on for this comparison (``Daemon(serve_v1_agents=True)``).
 
-Real agents report ``agent_cpu_ms``: the agent process's
+Real agents (v2 only: the agent speaks nothing else) report ``agent_cpu_ms``: the agent process's
 own CPU per candidate, outside its build and run workers, which is the protocol's cost on a device.
 
 Targets (issue 21): daemon CPU <= 0.3 ms per candidate; >= 95% efficiency at 1000 agents with 1 s
@@ -209,8 +209,8 @@ class Latencies:
 
 def run_one(agents: int, per_agent: int, sleep_ms: int, workdir: str, protocol: str, light: bool) -> dict:
     log = TuningLog(f"sqlite:///{workdir}/fleet-{protocol}-{agents}-{'light' if light else 'real'}.db")
-    daemon = Daemon(log, "127.0.0.1:0", catalog=testing_catalog(), heartbeat_interval_s=2.0,
-                    agent_timeout_s=30.0).start()
+    daemon = Daemon(log, "127.0.0.1:0", catalog=testing_catalog(), heartbeat_interval_s=2.0, agent_timeout_s=30.0,
+                    serve_v1_agents=protocol == "v1").start()
     latencies = Latencies()
     daemon.scheduler.add_result_observer(latencies.observe)
     key = f"bench{agents}"
