@@ -34,11 +34,13 @@ import grpc  # noqa: E402
 
 from measure_agent.device import detect_device  # noqa: E402
 from measure_agent.engine import TimingConfig  # noqa: E402
-from measure_agent.protocol import V1_PROTOCOL_VERSION  # noqa: E402
+from measure_agent.protocol import PROTOCOL_VERSION  # noqa: E402
 from measure_agent.protocol.convert import capabilities_to_proto  # noqa: E402
 from measure_agent.protocol.errors import FleetError  # noqa: E402
 from measure_agent.protocol.v1 import fleet_pb2 as pb  # noqa: E402
 from measure_agent.protocol.v1 import fleet_pb2_grpc as pb_grpc  # noqa: E402
+from measure_agent.protocol.v2 import agent_pb2 as pb2  # noqa: E402
+from measure_agent.protocol.v2 import agent_pb2_grpc as pb2_grpc  # noqa: E402
 from measure_agent.templates import testing_catalog  # noqa: E402
 from tuner.daemon import Daemon, FleetClient  # noqa: E402
 from tuner.fleet import JobSpec  # noqa: E402
@@ -98,13 +100,18 @@ class Flood:
 
 
 class HeartbeatProbe:
-    """A registered agent that only heartbeats, timing each call."""
+    """A joined agent (protocol v2 stream) that only heartbeats, timing each until its ack."""
 
     def __init__(self, address: str, interval_s: float = 0.2) -> None:
-        self.stub = pb_grpc.AgentServiceStub(grpc.insecure_channel(address))
+        import queue
+
+        self.channel = grpc.insecure_channel(address)
+        self._requests: queue.SimpleQueue = queue.SimpleQueue()
+        self._replies = pb2_grpc.AgentServiceStub(self.channel).Connect(iter(self._requests.get, None))
         caps = capabilities_to_proto(detect_device(), "probe", testing_catalog().version, [])
-        self.agent_id = self.stub.Register(pb.RegisterRequest(key="probe", name="probe", capabilities=caps,
-                                                               protocol_version=V1_PROTOCOL_VERSION, parallel=1)).agent_id
+        self._requests.put(pb2.AgentMessage(hello=pb2.Hello(key="probe", name="probe", capabilities=caps,
+                                                            protocol_version=PROTOCOL_VERSION, parallel=1)))
+        self.agent_id = next(self._replies).welcome.agent_id
         self.interval_s = interval_s
         self.latencies: list[float] = []
         self.failures = 0
@@ -113,17 +120,32 @@ class HeartbeatProbe:
         self.thread.start()
 
     def _run(self) -> None:
+        acks: list[threading.Event] = []
+        threading.Thread(target=self._read, args=(acks,), daemon=True).start()
         while not self.stop.wait(self.interval_s):
+            ack = threading.Event()
+            acks.append(ack)
             start = time.perf_counter()
-            try:
-                self.stub.Heartbeat(pb.HeartbeatRequest(agent_id=self.agent_id), timeout=5)
+            self._requests.put(pb2.AgentMessage(heartbeat=pb2.Heartbeat()))
+            if ack.wait(5):
                 self.latencies.append(time.perf_counter() - start)
-            except grpc.RpcError:
+            else:
                 self.failures += 1
+
+    def _read(self, acks: list[threading.Event]) -> None:
+        try:
+            for message in self._replies:
+                if message.WhichOneof("kind") == "heartbeat_ack" and acks:
+                    acks.pop(0).set()
+        except grpc.RpcError:
+            pass
 
     def end(self) -> None:
         self.stop.set()
         self.thread.join(timeout=10)
+        self._requests.put(None)
+        self._replies.cancel()
+        self.channel.close()
 
 
 def percentile(values: list[float], q: float) -> float:

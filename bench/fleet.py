@@ -1,33 +1,41 @@
-"""Fleet throughput: N agents on loopback measuring candidates of known duration.
+"""Fleet throughput: N agents on loopback measuring candidates of known duration, protocol v2
+(one stream per agent) against v1 (unary calls) in one run.
 
-Each candidate is the testing ``sleep`` template: a warm-up call and one timed call of a kernel
-that sleeps ``--sleep-ms`` / 2, so a candidate costs ``--sleep-ms`` of kernel time on its agent.
-For N agents the ideal wall time of C candidates is C * sleep / N; efficiency is ideal / measured,
-and the per-candidate overhead is what each candidate cost an agent beyond its kernel time.
+Each candidate is the testing ``sleep`` template (``--sleep-ms`` of kernel time per candidate). For
+N agents the ideal wall time of C candidates is C * sleep / N; efficiency is ideal / measured, and
+the per-candidate overhead is what each candidate cost an agent beyond its kernel time.
 
-    python bench/fleet.py                       # 1, 2, 4, 8, 16, 32 agents, 50 ms candidates
-    python bench/fleet.py --agents 1 4 --per-agent 10
-    python bench/fleet.py --protocol-agents     # agents that speak the protocol but measure nothing
+    python bench/fleet.py --protocol-agents                    # light agents: 1 32 256 1000, v2 and v1
+    python bench/fleet.py --protocol-agents --agents 1000 --sleep-ms 1000 --json
+    python bench/fleet.py --agents 1 2 4 8                     # real measure-agent processes (v2)
 
-Each measure-agent is three processes (agent, build worker, run worker) costing several ms of CPU
-per candidate, so on a machine with few cores the real agents saturate it long before 32.
-``--protocol-agents`` runs the same table with agents in one light process that register, lease
-ahead, "run" by sleeping and report in the background over the real gRPC protocol: it measures what
-the daemon and the protocol sustain at fleet sizes whose real agents do not fit on this machine.
+``--protocol-agents`` runs agents that speak the protocol but measure nothing ("running" a candidate
+is an asyncio sleep): a few processes of asyncio agents, so a thousand fit on a small machine. The
+daemon runs in this process: ``daemon_cpu_ms`` is its CPU (gRPC server, scheduler, the job's search
+and log) per candidate, ``daemon_rss_mb`` its resident memory with every agent connected, and
+``p99_ms`` the 99th percentile from a lease to its accepted result. v1 points are served by the same
+daemon with its unary agent service switched on for this comparison (``Daemon(serve_v1_agents=True)``).
 
-Targets (issue 3): >= 90% efficiency at 32 agents with 50 ms candidates, <= 5 ms overhead. On one
-small machine the agents' own processes compete with the daemon for the cores, so the table also
-prints the daemon's CPU time per candidate, which is what bounds a real, distributed fleet.
+Real agents (v2 only: the agent speaks nothing else) report ``agent_cpu_ms``: the agent process's
+own CPU per candidate, outside its build and run workers, which is the protocol's cost on a device.
+
+Targets (issue 21): daemon CPU <= 0.3 ms per candidate; >= 95% efficiency at 1000 agents with 1 s
+candidates and >= 90% at 256 agents with 50 ms; daemon RSS <= 300 MB with 1000 agents; real agents
+<= 2 ms of agent-side CPU per candidate. On one small machine the agents share the cores with the
+daemon: ``agents_cpu_ms`` and ``cpu_busy`` (all CPU used / cores x wall) show where cores bound a point.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import json
 import logging
 import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -40,7 +48,10 @@ from tuner.daemon import Daemon, FleetClient  # noqa: E402
 from tuner.fleet import JobSpec  # noqa: E402
 from tuner.log import TuningLog  # noqa: E402
 
+LIGHT_PROCESSES = 4  # light agents are spread over this many processes (each an asyncio loop)
 
+
+# -- agents ---------------------------------------------------------------------------------------
 def start_agents(address: str, key: str, count: int, cache_dir: str) -> list[subprocess.Popen]:
     env = dict(os.environ, XDG_CACHE_HOME=cache_dir)
     return [
@@ -51,68 +62,106 @@ def start_agents(address: str, key: str, count: int, cache_dir: str) -> list[sub
     ]
 
 
-def start_protocol_agents(address: str, key: str, count: int, sleep_ms: int) -> list[subprocess.Popen]:
-    """``count`` protocol-level agents in one process (``--serve-protocol-agents``)."""
-    return [subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--serve-protocol-agents", address, key,
-                              str(count), str(sleep_ms)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+def start_light_agents(address: str, key: str, count: int, sleep_ms: int, protocol: str) -> list[subprocess.Popen]:
+    """``count`` light agents of ``protocol`` over up to :data:`LIGHT_PROCESSES` processes."""
+    processes = min(LIGHT_PROCESSES, count)
+    shares = [count // processes + (1 if i < count % processes else 0) for i in range(processes)]
+    first = [sum(shares[:i]) for i in range(processes)]
+    return [subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--serve-light-agents", address, key,
+                              str(n), str(sleep_ms), protocol, str(f)], stdout=subprocess.DEVNULL)
+            for n, f in zip(shares, first)]
 
 
-def serve_protocol_agents(address: str, key: str, count: int, sleep_ms: int) -> None:
-    """Agents that speak the real protocol (register, lease, report over gRPC) but measure nothing:
-    each candidate sleeps ``sleep_ms`` and reports success. They cost a fraction of a real agent's
-    CPU (no engine, no worker processes), so on a small machine they show what the daemon and the
-    protocol sustain at a fleet size whose real agents would not fit on its cores."""
-    import threading
-
+def serve_light_agents(address: str, key: str, count: int, sleep_ms: int, protocol: str, first: int) -> None:
+    """Agents that speak the real protocol but measure nothing: each candidate is an asyncio sleep
+    of ``sleep_ms``, reported as a success. Each agent has its own connection, as on a fleet."""
     import grpc
 
     from measure_agent import __version__
     from measure_agent.device import detect_device
     from measure_agent.engine import MeasureResult, MeasureStatus
-    from measure_agent.protocol import V1_PROTOCOL_VERSION
+    from measure_agent.protocol import PROTOCOL_VERSION, V1_PROTOCOL_VERSION
     from measure_agent.protocol.convert import capabilities_to_proto, result_to_proto
-    from measure_agent.protocol.v1 import fleet_pb2 as pb
-    from measure_agent.protocol.v1 import fleet_pb2_grpc as pb_grpc
+    from measure_agent.protocol.v1 import fleet_pb2 as pb1
+    from measure_agent.protocol.v1 import fleet_pb2_grpc as pb1_grpc
+    from measure_agent.protocol.v2 import agent_pb2 as pb2
+    from measure_agent.protocol.v2 import agent_pb2_grpc as pb2_grpc
 
-    channel = grpc.insecure_channel(address)
-    stub = pb_grpc.AgentServiceStub(channel)
     caps = capabilities_to_proto(detect_device(), __version__, testing_catalog().version, ["matmul/sleep"])
+    result = MeasureResult(MeasureStatus.OK, costs=(sleep_ms / 2000.0,))
+    options = [("grpc.use_local_subchannel_pool", 1)]  # a connection per agent
 
-    def agent(i: int) -> None:
-        from concurrent.futures import ThreadPoolExecutor
+    async def v2_agent(i: int) -> None:
+        async with grpc.aio.insecure_channel(address, options=options) as channel:
+            call = pb2_grpc.AgentServiceStub(channel).Connect()
+            await call.write(pb2.AgentMessage(hello=pb2.Hello(key=key, name=f"{key}-{i}", capabilities=caps,
+                                                              protocol_version=PROTOCOL_VERSION, parallel=1)))
+            welcome = (await call.read()).welcome
+            await call.write(pb2.AgentMessage(credit=pb2.Credit(candidates=2)))  # one to run, one ahead
+            leased: asyncio.Queue = asyncio.Queue()
 
-        reply = stub.Register(pb.RegisterRequest(key=key, name=f"{key}-p{i}", capabilities=caps,
-                                                 protocol_version=V1_PROTOCOL_VERSION, parallel=1))
-        agent_id = reply.agent_id
+            async def read() -> None:
+                while (message := await call.read()) is not grpc.aio.EOF:
+                    for candidate in message.leases.candidates:
+                        leased.put_nowait(candidate.lease_id)
 
-        def lease():
-            return stub.Lease(pb.LeaseRequest(agent_id=agent_id, max_candidates=1, wait_s=2.0))
+            reader = asyncio.ensure_future(read())
+            while True:  # the only writer of the stream
+                try:
+                    lease_id = await asyncio.wait_for(leased.get(), welcome.heartbeat_interval_s)
+                except asyncio.TimeoutError:
+                    await call.write(pb2.AgentMessage(heartbeat=pb2.Heartbeat()))
+                    continue
+                await asyncio.sleep(sleep_ms / 1000.0)
+                await call.write(pb2.AgentMessage(results=pb2.Results(measurements=[result_to_proto(lease_id,
+                                                                                                    result)])))
+                await call.write(pb2.AgentMessage(credit=pb2.Credit(candidates=1)))
+            await reader
 
-        def report(lease_id: str) -> None:
-            result = MeasureResult(MeasureStatus.OK, costs=(sleep_ms / 2000.0,))
-            stub.Report(pb.ReportRequest(agent_id=agent_id, measurements=[result_to_proto(lease_id, result)]))
+    async def v1_agent(i: int) -> None:
+        async with grpc.aio.insecure_channel(address, options=options) as channel:
+            stub = pb1_grpc.AgentServiceStub(channel)
+            reply = await stub.Register(pb1.RegisterRequest(key=key, name=f"{key}-{i}", capabilities=caps,
+                                                            protocol_version=V1_PROTOCOL_VERSION, parallel=1))
+            agent_id = reply.agent_id
 
-        # as measure-agent does: the next lease is fetched while a candidate "runs", reports go
-        # out in the background
-        with ThreadPoolExecutor(1) as ahead, ThreadPoolExecutor(1) as reporter:
-            upcoming = ahead.submit(lease)
+            async def heartbeat() -> None:
+                while True:
+                    await asyncio.sleep(reply.heartbeat_interval_s)
+                    await stub.Heartbeat(pb1.HeartbeatRequest(agent_id=agent_id))
+
+            def lease():
+                return asyncio.ensure_future(stub.Lease(pb1.LeaseRequest(agent_id=agent_id, max_candidates=1,
+                                                                         wait_s=2.0)))
+
+            beating = asyncio.ensure_future(heartbeat())
+            reports = set()
+            # as measure-agent of v1 did: the next lease is fetched while a candidate "runs",
+            # reports go out in the background
+            upcoming = lease()
             while True:
-                leased = upcoming.result()
-                upcoming = ahead.submit(lease)
+                leased = await upcoming
+                upcoming = lease()
                 for candidate in leased.candidates:
-                    time.sleep(sleep_ms / 1000.0)
-                    reporter.submit(report, candidate.lease_id)
+                    await asyncio.sleep(sleep_ms / 1000.0)
+                    report = asyncio.ensure_future(stub.Report(pb1.ReportRequest(
+                        agent_id=agent_id, measurements=[result_to_proto(candidate.lease_id, result)])))
+                    reports.add(report)
+                    report.add_done_callback(reports.discard)
+            await beating
 
-    threads = [threading.Thread(target=agent, args=(i,), daemon=True) for i in range(count)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    agent = v2_agent if protocol == "v2" else v1_agent
+
+    async def main() -> None:
+        await asyncio.gather(*(agent(first + i) for i in range(count)))
+
+    asyncio.run(main())
 
 
-def tree_cpu_seconds(roots: list[int]) -> float:
-    """CPU seconds (user + system) used so far by the processes under ``roots`` (the agents and
-    their build and run workers), from /proc; 0 where /proc is missing."""
+# -- measuring ------------------------------------------------------------------------------------
+def tree_cpu_seconds(roots: list[int], children: bool = True) -> float:
+    """CPU seconds (user + system) used so far by the processes ``roots`` and, with ``children``,
+    every process under them (build and run workers), from /proc; 0 where /proc is missing."""
     ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
     parent, cpu = {}, {}
     for entry in Path("/proc").glob("[0-9]*"):
@@ -125,108 +174,157 @@ def tree_cpu_seconds(roots: list[int]) -> float:
     wanted, total = set(roots), 0.0
     for pid in cpu:
         p = pid
-        while p > 1 and p not in wanted:
+        while children and p > 1 and p not in wanted:
             p = parent.get(p, 0)
         if p in wanted:
             total += cpu[pid]
     return total
 
 
-def run_one(agents: int, per_agent: int, sleep_ms: int, workdir: str, protocol_agents: bool = False) -> dict:
-    log = TuningLog(f"sqlite:///{workdir}/fleet-{agents}.db")
-    daemon = Daemon(log, "127.0.0.1:0", catalog=testing_catalog(), heartbeat_interval_s=2.0,
-                    agent_timeout_s=30.0).start()
+def rss_mb() -> float:
+    """This process's resident memory now (the daemon's: it runs here)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024.0
+    return float("nan")
+
+
+class Latencies:
+    """Lease-to-result seconds of accepted results, as the daemon's scheduler reports them."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.values: list[float] = []
+        self.recording = False
+
+    def observe(self, key: str, result, lease_to_result_s: float) -> None:
+        if self.recording:
+            with self._lock:
+                self.values.append(lease_to_result_s)
+
+    def p99_ms(self) -> float:
+        ordered = sorted(self.values)
+        return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))] * 1000.0 if ordered else float("nan")
+
+
+def run_one(agents: int, per_agent: int, sleep_ms: int, workdir: str, protocol: str, light: bool) -> dict:
+    log = TuningLog(f"sqlite:///{workdir}/fleet-{protocol}-{agents}-{'light' if light else 'real'}.db")
+    daemon = Daemon(log, "127.0.0.1:0", catalog=testing_catalog(), heartbeat_interval_s=2.0, agent_timeout_s=30.0,
+                    serve_v1_agents=protocol == "v1").start()
+    latencies = Latencies()
+    daemon.scheduler.add_result_observer(latencies.observe)
     key = f"bench{agents}"
-    processes = (start_protocol_agents(daemon.address, key, agents, sleep_ms) if protocol_agents
+    processes = (start_light_agents(daemon.address, key, agents, sleep_ms, protocol) if light
                  else start_agents(daemon.address, key, agents, workdir))
     try:
         deadline = time.monotonic() + 300
-        while sum(1 for a in daemon.scheduler.agents() if a.key == key) < agents:
-            if time.monotonic() > deadline:
-                raise RuntimeError("agents did not join in time")
+        while daemon.scheduler.agent_count(key) < agents:
+            if time.monotonic() > deadline or any(p.poll() is not None for p in processes):
+                raise RuntimeError(f"{agents} {protocol} agents did not join")
             time.sleep(0.2)
         candidates = agents * per_agent
-        # Warm every agent's workers first (process start, first import) so the timed job is steady state.
-        with FleetClient(daemon.address) as client:
-            # The same workload as the timed job, so its space is built and its problem made on every
-            # process before timing starts; the timed job resumes from these trials.
-            workload = f"matmul(M=2,N=2,K={sleep_ms // 2})"
-            warm = client.submit(JobSpec(workload, key, target="sleep", strategy="random",
-                                 trials=agents * 2, seed=1, timing=TimingConfig(repeat=1, warmup=1)))
+        timing = TimingConfig(repeat=1, warmup=1)
+        workload = f"matmul(M=2,N=2,K={max(1, sleep_ms // 2)})"  # warm-up call + timed call: sleep_ms
+        with FleetClient(daemon.address, timeout_s=600) as client:
+            # Warm every agent first (process start, first import, the workload's space) so that the
+            # timed job is steady state; the timed job resumes from these trials.
+            warm = client.submit(JobSpec(workload, key, target="sleep", strategy="random", trials=agents * 2, seed=1,
+                                         timing=timing))
             for _ in client.watch(warm.job_id):
                 pass
+            latencies.recording = True
             start = time.perf_counter()
             cpu_start = time.process_time()  # this process is the daemon (plus the watching client)
             agents_cpu_start = tree_cpu_seconds([p.pid for p in processes])
+            agent_main_cpu_start = tree_cpu_seconds([p.pid for p in processes], children=False)
             job = client.submit(JobSpec(workload, key, target="sleep", strategy="random",
-                                trials=agents * 2 + candidates, seed=2, timing=TimingConfig(repeat=1, warmup=1)))
+                                        trials=agents * 2 + candidates, seed=2, timing=timing))
             final = None
             for final in client.watch(job.job_id):
                 pass
             wall = time.perf_counter() - start
             daemon_cpu = time.process_time() - cpu_start
             agents_cpu = tree_cpu_seconds([p.pid for p in processes]) - agents_cpu_start
+            agent_main_cpu = tree_cpu_seconds([p.pid for p in processes], children=False) - agent_main_cpu_start
+            rss = rss_mb()
         assert final is not None and final.state == "done" and final.measured_now == candidates, final
         ideal = candidates * (sleep_ms / 1000.0) / agents
+        cores = os.cpu_count() or 1
         return {
-            "agents": agents,
-            "candidates": candidates,
-            "wall_s": wall,
-            "ideal_s": ideal,
-            "throughput": candidates / wall,
-            "efficiency": ideal / wall,
-            "overhead_ms": (wall * agents / candidates - sleep_ms / 1000.0) * 1000.0,
-            "daemon_cpu_ms": daemon_cpu / candidates * 1000.0,
-            "agents_cpu_ms": agents_cpu / candidates * 1000.0,
+            "protocol": protocol, "agents": agents, "sleep_ms": sleep_ms, "light": light,
+            "candidates": candidates, "wall_s": round(wall, 3), "throughput": round(candidates / wall, 1),
+            "efficiency": round(ideal / wall, 4),
+            "overhead_ms": round((wall * agents / candidates - sleep_ms / 1000.0) * 1000.0, 2),
+            "daemon_cpu_ms": round(daemon_cpu / candidates * 1000.0, 3),
+            "agents_cpu_ms": round(agents_cpu / candidates * 1000.0, 3),
+            "agent_cpu_ms": round(agent_main_cpu / candidates * 1000.0, 3),
+            "daemon_rss_mb": round(rss, 1), "p99_ms": round(latencies.p99_ms(), 1),
+            "cpu_busy": round((daemon_cpu + agents_cpu) / (cores * wall), 3),
         }
     finally:
         for p in processes:
             p.terminate()
         for p in processes:
-            p.wait()
-        daemon.stop()
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        daemon.stop(grace_s=1.0)
         log.close()
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--agents", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32])
-    parser.add_argument("--per-agent", type=int, default=50,
-                        help="candidates per agent (default 50: steady state, not start-up, dominates)")
+    parser.add_argument("--agents", type=int, nargs="+",
+                        help="fleet sizes (default: 1 32 256 1000 light agents, 1 2 4 8 real ones)")
+    parser.add_argument("--per-agent", type=int, default=0,
+                        help="candidates per agent (default: 20 light, 30 real: steady state, not start-up)")
     parser.add_argument("--sleep-ms", type=int, default=50, help="kernel time per candidate (default 50)")
     parser.add_argument("--protocol-agents", action="store_true",
-                        help="agents that speak the protocol but measure nothing (one light process): what the "
-                        "daemon sustains at fleet sizes whose real agents exceed this machine's cores")
-    parser.add_argument("--serve-protocol-agents", nargs=4, metavar=("ADDRESS", "KEY", "COUNT", "SLEEP_MS"),
-                        help=argparse.SUPPRESS)
+                        help="light asyncio agents that speak the protocol but measure nothing: what the daemon "
+                        "sustains at fleet sizes whose real agents exceed this machine's cores")
+    parser.add_argument("--protocols", nargs="+", choices=("v2", "v1"), default=["v2", "v1"],
+                        help="protocols of the light agents, side by side (default: v2 v1)")
+    parser.add_argument("--json", action="store_true", help="one JSON object per point on stdout")
+    parser.add_argument("--serve-light-agents", nargs=6, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.serve_protocol_agents:
-        address, key, count, sleep_ms = args.serve_protocol_agents
-        serve_protocol_agents(address, key, int(count), int(sleep_ms))
+    if args.serve_light_agents:
+        address, key, count, sleep_ms, protocol, first = args.serve_light_agents
+        serve_light_agents(address, key, int(count), int(sleep_ms), protocol, int(first))
         return 0
-    logging.basicConfig(level=logging.WARNING)
+    logging.basicConfig(level=logging.ERROR)
+    sizes = args.agents or ([1, 32, 256, 1000] if args.protocol_agents else [1, 2, 4, 8])
+    per_agent = args.per_agent or (20 if args.protocol_agents else 30)
+    protocols = args.protocols if args.protocol_agents else ["v2"]
     rows = []
     with tempfile.TemporaryDirectory(prefix="tunefleet-fleet-bench-") as workdir:
-        for n in args.agents:
-            rows.append(run_one(n, args.per_agent, args.sleep_ms, workdir, args.protocol_agents))
-            r = rows[-1]
-            print(f"  {n} agents done in {r['wall_s']:.2f} s", file=sys.stderr, flush=True)
-    kind = "protocol-level agents (no engine)" if args.protocol_agents else "measure-agent processes"
-    print(f"\nFleet throughput, {args.sleep_ms} ms candidates, {args.per_agent} per agent, {kind}, loopback, "
+        for n in sizes:
+            for protocol in protocols:
+                try:
+                    row = run_one(n, per_agent, args.sleep_ms, workdir, protocol, args.protocol_agents)
+                except (RuntimeError, AssertionError) as exc:
+                    row = {"protocol": protocol, "agents": n, "sleep_ms": args.sleep_ms, "error": str(exc)[:300]}
+                rows.append(row)
+                if args.json:
+                    print(json.dumps(row), flush=True)
+                print(f"  {protocol} {n} agents: {row.get('wall_s', row.get('error'))}", file=sys.stderr, flush=True)
+    if args.json:
+        return 0
+    kind = "light protocol agents" if args.protocol_agents else "measure-agent processes"
+    print(f"\nFleet throughput, {args.sleep_ms} ms candidates, {per_agent} per agent, {kind}, loopback, "
           f"{os.cpu_count()} CPU cores")
-    print(f"{'agents':>6} {'candidates':>10} {'wall s':>8} {'ideal s':>8} {'cand/s':>8} {'efficiency':>10} "
-          f"{'overhead ms/cand':>16} {'daemon CPU ms/cand':>18} {'agent CPU ms/cand':>17} {'CPU-bound cand/s':>16}")
-    cores = os.cpu_count() or 1
+    print(f"{'proto':>5} {'agents':>6} {'cand/s':>8} {'effic.':>7} {'overhead ms':>11} {'daemon CPU ms':>13} "
+          f"{'RSS MB':>7} {'p99 ms':>8} {'agents CPU ms':>13} {'agent CPU ms':>12} {'CPU busy':>8}")
     for r in rows:
-        # what this machine's cores can sustain at the measured CPU cost of a candidate, all processes
-        bound = cores * 1000.0 / max(r["daemon_cpu_ms"] + r["agents_cpu_ms"], 1e-9)
-        print(f"{r['agents']:>6} {r['candidates']:>10} {r['wall_s']:>8.2f} {r['ideal_s']:>8.2f} "
-              f"{r['throughput']:>8.1f} {r['efficiency']:>9.1%} {r['overhead_ms']:>16.2f} {r['daemon_cpu_ms']:>18.2f} "
-              f"{r['agents_cpu_ms']:>17.2f} {bound:>16.0f}")
-    print(f"Agents, their workers and the daemon share this machine's {cores} cores. The ideal for N agents is\n"
-          f"N * {1000 // args.sleep_ms} candidates/s; where that exceeds 'CPU-bound cand/s' (cores / CPU per candidate of\n"
-          "all processes), the run is bound by this machine, not by waiting. On a real fleet each agent has\n"
-          "its own host and the daemon's CPU per candidate bounds throughput at 1000 / that value.")
+        if "error" in r:
+            print(f"{r['protocol']:>5} {r['agents']:>6}  failed: {r['error']}")
+            continue
+        print(f"{r['protocol']:>5} {r['agents']:>6} {r['throughput']:>8.1f} {r['efficiency']:>7.1%} "
+              f"{r['overhead_ms']:>11.2f} {r['daemon_cpu_ms']:>13.3f} {r['daemon_rss_mb']:>7.0f} {r['p99_ms']:>8.1f} "
+              f"{r['agents_cpu_ms']:>13.3f} {r['agent_cpu_ms']:>12.3f} {r['cpu_busy']:>8.0%}")
+    print("CPU ms are per candidate. 'CPU busy' near 100%: this machine's cores bound the point (agents and\n"
+          "daemon share them); a real fleet pays the daemon's CPU per candidate only.")
     return 0
 
 

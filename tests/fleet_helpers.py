@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import queue
 import subprocess
 import sys
 import threading
@@ -12,10 +13,11 @@ import grpc
 
 from measure_agent.device import detect_device
 from measure_agent.engine import MeasureResult, MeasureStatus
-from measure_agent.protocol import V1_PROTOCOL_VERSION
+from measure_agent.protocol import PROTOCOL_VERSION
 from measure_agent.protocol.convert import capabilities_to_proto, result_to_proto
 from measure_agent.protocol.v1 import fleet_pb2 as pb
-from measure_agent.protocol.v1 import fleet_pb2_grpc as pb_grpc
+from measure_agent.protocol.v2 import agent_pb2 as pb2
+from measure_agent.protocol.v2 import agent_pb2_grpc as pb2_grpc
 from measure_agent.templates import testing_catalog
 from tuner.daemon import Daemon
 
@@ -80,38 +82,49 @@ def start_daemon_process(db_url: str, port: int, env=None) -> subprocess.Popen:
 
 
 class FakeAgent:
-    """An agent over the raw protocol (no engine): it reports ``cost_of(candidate_number)`` seconds,
-    or a malformed measurement where that returns a Measurement message."""
+    """An agent over the raw protocol (v2, no engine): it reports ``cost_of(candidate_number)``
+    seconds, or a malformed measurement where that returns a Measurement message."""
 
     def __init__(self, address: str, key: str = "fake", name: str = "fake-1", cost_of=lambda n: 1e-3,
                  device=None, template_version: str | None = None,
                  leases_when: threading.Event | None = None) -> None:
         """``device``: the DeviceInfo it says it is (default: this host); ``template_version``:
-        that of the daemon's catalog (default: the testing catalog's); ``leases_when``: registered
-        and heartbeating, it takes work only once this is set."""
+        that of the daemon's catalog (default: the testing catalog's); ``leases_when``: joined and
+        heartbeating, it gives credit (takes work) only once this is set."""
         self.channel = grpc.insecure_channel(address)
-        self.stub = pb_grpc.AgentServiceStub(self.channel)
+        self._requests: queue.SimpleQueue = queue.SimpleQueue()
+        self._replies = pb2_grpc.AgentServiceStub(self.channel).Connect(iter(self._requests.get, None))
         caps = capabilities_to_proto(device or detect_device(), "test",
                                      template_version or testing_catalog().version, [])
-        self.agent_id = self.stub.Register(pb.RegisterRequest(key=key, name=name, capabilities=caps,
-                                                               protocol_version=V1_PROTOCOL_VERSION,
-                                                               parallel=1)).agent_id
+        self._send(hello=pb2.Hello(key=key, name=name, capabilities=caps, protocol_version=PROTOCOL_VERSION,
+                                   parallel=1))
+        self.agent_id = next(self._replies).welcome.agent_id  # raises grpc.RpcError when refused
         self.cost_of = cost_of
         self.leases_when = leases_when
         self.reported = 0
+        self.credit = 1  # candidates held at once: one, so that each is leased when the agent is idle
         self._stop = threading.Event()
         self.thread = threading.Thread(target=self._serve, daemon=True)
         self.thread.start()
+        threading.Thread(target=self._heartbeat, daemon=True).start()
+
+    def _send(self, **kind) -> None:
+        self._requests.put(pb2.AgentMessage(**kind))
+
+    def _heartbeat(self) -> None:
+        while not self._stop.wait(0.2):
+            self._send(heartbeat=pb2.Heartbeat())
 
     def _serve(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.stub.Heartbeat(pb.HeartbeatRequest(agent_id=self.agent_id), timeout=5)
-                if self.leases_when is not None and not self.leases_when.wait(0.2):
-                    continue
-                reply = self.stub.Lease(pb.LeaseRequest(agent_id=self.agent_id, max_candidates=2, wait_s=0.2),
-                                        timeout=5)
-                for candidate in reply.candidates:
+        while self.leases_when is not None and not self.leases_when.wait(0.2):
+            if self._stop.is_set():
+                return
+        self._send(credit=pb2.Credit(candidates=self.credit))
+        try:
+            for message in self._replies:
+                for candidate in message.leases.candidates:
+                    if self._stop.is_set():
+                        return
                     outcome = self.cost_of(self.reported)
                     self.reported += 1
                     if isinstance(outcome, pb.Measurement):
@@ -120,18 +133,20 @@ class FakeAgent:
                     else:
                         measurement = result_to_proto(candidate.lease_id, MeasureResult(MeasureStatus.OK,
                                                                                         costs=(outcome,)))
-                    self.stub.Report(pb.ReportRequest(agent_id=self.agent_id, measurements=[measurement]), timeout=5)
-            except grpc.RpcError:
-                if self._stop.is_set():
-                    return
-                time.sleep(0.1)
+                    self._send(results=pb2.Results(measurements=[measurement]))
+                    self._send(credit=pb2.Credit(candidates=1))
+        except grpc.RpcError:
+            return
 
     def stop(self, leave: bool = False) -> None:
-        """Stop serving; with ``leave``, say so to the daemon first (as a stopping agent does)."""
+        """Stop serving and close the stream (the daemon requeues what it held at once); with
+        ``leave``, say so first (as a stopping agent does)."""
         self._stop.set()
-        self.thread.join(timeout=10)
         if leave:
-            self.stub.Leave(pb.LeaveRequest(agent_id=self.agent_id), timeout=5)
+            self._send(leaving=pb2.Leaving())
+        self._requests.put(None)
+        self.thread.join(timeout=10)
+        self._replies.cancel()
         self.channel.close()
 
 
@@ -140,26 +155,17 @@ class RawStream:
     daemon message): for tests of the stream itself."""
 
     def __init__(self, address: str, metadata=(), channel: grpc.Channel | None = None) -> None:
-        import queue
-
-        from measure_agent.protocol.v2 import agent_pb2_grpc as pb2_grpc
-
         self.channel = channel or grpc.insecure_channel(address)
         self._requests: queue.Queue = queue.Queue()
         self.replies = pb2_grpc.AgentServiceStub(self.channel).Connect(iter(self._requests.get, None),
                                                                         metadata=metadata)
 
     def send(self, **kind) -> None:
-        from measure_agent.protocol.v2 import agent_pb2 as pb2
-
         self._requests.put(pb2.AgentMessage(**kind))
 
     def hello(self, key: str = "k", name: str = "raw-1", template_version: str | None = None,
               protocol_version: int | None = None, parallel: int = 1):
         """Say hello and return the daemon's welcome (raises grpc.RpcError when refused)."""
-        from measure_agent.protocol import PROTOCOL_VERSION
-        from measure_agent.protocol.v2 import agent_pb2 as pb2
-
         caps = capabilities_to_proto(detect_device(), "test", template_version or testing_catalog().version, [])
         self.send(hello=pb2.Hello(key=key, name=name, capabilities=caps, parallel=parallel,
                                   protocol_version=PROTOCOL_VERSION if protocol_version is None else protocol_version))

@@ -9,10 +9,7 @@ import time
 import grpc
 import pytest
 
-from measure_agent.device import detect_device
 from measure_agent.engine import MeasureResult, MeasureStatus, MeasureInput, TimingConfig
-from measure_agent.protocol import V1_PROTOCOL_VERSION
-from measure_agent.protocol.convert import capabilities_to_proto
 from measure_agent.protocol.errors import Busy, InvalidRequest
 from measure_agent.protocol.v1 import fleet_pb2 as pb
 from measure_agent.protocol.v1 import fleet_pb2_grpc as pb_grpc
@@ -27,7 +24,7 @@ from tuner.daemon.scheduler import Scheduler
 from tuner.fleet import JobSpec
 from tuner.log import TuningLog
 
-from fleet_helpers import FakeAgent, start_daemon, wait_for
+from fleet_helpers import FakeAgent, RawStream, start_daemon, wait_for
 
 pytestmark = pytest.mark.timeout(120)
 FAST = TimingConfig(repeat=1, warmup=0, run_timeout_s=5, build_timeout_s=5)
@@ -111,11 +108,10 @@ def test_oversized_job_fields_are_refused_with_the_limit_and_a_short_echo(log, c
 def test_agent_names_are_checked_at_registration(log, name, message):
     daemon = start_daemon(log)
     try:
-        caps = capabilities_to_proto(detect_device(), "test", testing_catalog().version, [])
-        with grpc.insecure_channel(daemon.address) as channel:
-            with pytest.raises(grpc.RpcError) as caught:
-                pb_grpc.AgentServiceStub(channel).Register(pb.RegisterRequest(
-                    key="k", name=name, capabilities=caps, protocol_version=V1_PROTOCOL_VERSION, parallel=1), timeout=30)
+        stream = RawStream(daemon.address)
+        with pytest.raises(grpc.RpcError) as caught:
+            stream.hello(key="k", name=name)
+        stream.close()
         assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT and message in caught.value.details()
         assert daemon.scheduler.agents() == []
         [refused] = daemon.scheduler.refused()  # remembered for `tuner agents`, within the limits

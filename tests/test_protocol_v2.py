@@ -78,6 +78,7 @@ def test_late_result_is_refused_and_lost_stream_requeues_at_once(daemon):
         [lease_id] = _lease_ids(slow, 1)
         slow.close()  # the agent is lost: its lease goes back to the queue without waiting for a timeout
         wait_for(lambda: slow_id not in {a.agent_id for a in daemon.scheduler.agents()}, 10, "slow gone")
+        assert daemon.scheduler.expired_leases == 1  # taken back from an agent lost without a word
         fast.hello(name="fast")
         fast.send(credit=pb2.Credit(candidates=1))
         [again] = _lease_ids(fast, 1)
@@ -102,7 +103,7 @@ def test_leaving_requeues_what_the_agent_held(daemon):
     assert daemon.scheduler.job_counts(1) == (0, 2)
     stream.send(leaving=pb2.Leaving())
     wait_for(lambda: daemon.scheduler.job_counts(1) == (2, 0), 10, "leases back in the queue")
-    assert daemon.scheduler.agents() == []
+    assert daemon.scheduler.agents() == [] and daemon.scheduler.expired_leases == 0  # returned, not lost
     stream.close()
 
 
@@ -145,4 +146,69 @@ def test_an_agent_presumed_dead_is_told_to_join_again(tmp_path):
             assert ended.value.code() == grpc.StatusCode.NOT_FOUND and "join again" in ended.value.details()
         finally:
             stream.close()
+            daemon.stop(grace_s=0.5)
+
+
+def test_an_agent_of_protocol_1_hears_one_line_naming_both_versions(daemon):
+    from measure_agent.device import detect_device
+    from measure_agent.protocol import V1_PROTOCOL_VERSION
+    from measure_agent.protocol.convert import capabilities_to_proto
+    from measure_agent.protocol.v1 import fleet_pb2 as pb1
+    from measure_agent.protocol.v1 import fleet_pb2_grpc as pb1_grpc
+    from measure_agent.templates import testing_catalog
+
+    caps = capabilities_to_proto(detect_device(), "old", testing_catalog().version, [])
+    with grpc.insecure_channel(daemon.address) as channel:
+        with pytest.raises(grpc.RpcError) as refused:
+            pb1_grpc.AgentServiceStub(channel).Register(pb1.RegisterRequest(
+                key="k", name="old-agent", capabilities=caps, protocol_version=V1_PROTOCOL_VERSION, parallel=1),
+                timeout=30)
+    assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert refused.value.details() == ("agent speaks protocol 1, daemon 2: install the same tunefleet version on "
+                                       "both")
+    [remembered] = daemon.scheduler.refused()  # shown by `tuner agents` until it is upgraded
+    assert (remembered.name, remembered.protocol_version, remembered.expected_protocol_version) == ("old-agent", 1, 2)
+
+
+def test_an_agent_facing_a_daemon_of_protocol_1_exits_with_one_line_naming_both(kernel_cache_dir):
+    from concurrent import futures
+
+    from measure_agent.cli import EXIT_REFUSED
+    from measure_agent.protocol.v1 import fleet_pb2_grpc as pb1_grpc
+
+    from fleet_helpers import start_agent
+
+    old_daemon = grpc.server(futures.ThreadPoolExecutor(2))  # serves v1's agent service, as before v2
+    pb1_grpc.add_AgentServiceServicer_to_server(pb1_grpc.AgentServiceServicer(), old_daemon)
+    port = old_daemon.add_insecure_port("127.0.0.1:0")
+    old_daemon.start()
+    try:
+        agent = start_agent(f"127.0.0.1:{port}", "k", "new-agent", kernel_cache_dir)
+        _, err = agent.communicate(timeout=120)
+        assert agent.returncode == EXIT_REFUSED
+        assert "the daemon speaks protocol 1, this agent 2: install the same tunefleet version on both" in err
+    finally:
+        old_daemon.stop(0)
+
+
+def test_a_stream_needs_the_agent_token(tmp_path):
+    from tuner.daemon.daemon import Security
+
+    token = "agent-token-0123456789"
+    with TuningLog(f"sqlite:///{tmp_path / 'v2.db'}") as log:
+        daemon = start_daemon(log, security=Security(agent_tokens=(token,), client_tokens=("client-token-0123456789",)))
+        try:
+            for metadata in [(), (("authorization", "Bearer client-token-0123456789"),)]:
+                stream = RawStream(daemon.address, metadata=metadata)
+                with pytest.raises(grpc.RpcError) as refused:
+                    stream.hello()
+                assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+                assert "agent token" in refused.value.details()
+                stream.close()
+            stream = RawStream(daemon.address, metadata=(("authorization", f"Bearer {token}"),))
+            assert stream.hello(name="trusted").agent_id
+            assert [a.name for a in daemon.scheduler.agents()] == ["trusted"]
+            stream.close()
+            assert daemon.auth.refused == 2
+        finally:
             daemon.stop(grace_s=0.5)

@@ -55,7 +55,7 @@ def test_wrong_or_missing_agent_token_is_refused_and_logged(secured, kernel_cach
     assert missing.returncode == EXIT_REFUSED and "refused the agent token" in err
     assert not agent_names(daemon)
     assert daemon.auth.refused >= 2
-    assert any("refused /measure_agent.protocol.v1.AgentService/Register" in r.getMessage() for r in caplog.records)
+    assert any("refused /measure_agent.protocol.v2.AgentService/Connect" in r.getMessage() for r in caplog.records)
 
 
 def test_right_tokens_work_and_client_token_is_separate(secured, kernel_cache_dir, cli_env):

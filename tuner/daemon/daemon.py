@@ -98,7 +98,8 @@ class Daemon:
     def __init__(self, log: TuningLog, listen: str = "127.0.0.1:0", catalog: TemplateCatalog | None = None,
                  heartbeat_interval_s: float = 2.0, agent_timeout_s: float = 10.0,
                  security: Security = Security(), *, leadership: bool = False, advertise: str | None = None,
-                 lease_ttl_s: float = DEFAULT_TTL_S, on_deposed: Callable[[], None] | None = None) -> None:
+                 lease_ttl_s: float = DEFAULT_TTL_S, on_deposed: Callable[[], None] | None = None,
+                 serve_v1_agents: bool = False) -> None:
         self.log = log
         self.catalog = catalog or default_catalog()
         self.metrics = DaemonMetrics()  # this daemon's own registry; served by MetricsServer
@@ -108,7 +109,7 @@ class Daemon:
         self.fleet_state = DaemonFleetState(self.scheduler, self.jobs, self.gate)  # the dashboard's live view
         self.streams = StreamAgentService(self.scheduler, self.catalog)  # protocol v2's agents
         self.server, self.port, self.auth = create_server(
-            listen, AgentService(self.scheduler, self.catalog), ClientService(self.jobs, self.scheduler, self.catalog, self.gate),
+            listen, AgentService(self.scheduler, self.catalog, serve_v1=serve_v1_agents), ClientService(self.jobs, self.scheduler, self.catalog, self.gate),
             security, gate=self.gate, stream_service=self.streams,
         )
         host = listen.rsplit(":", 1)[0] or "127.0.0.1"

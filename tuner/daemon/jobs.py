@@ -24,6 +24,8 @@ from tuner.job import Progress, TuneOptions, TuningJob
 from tuner.log import JobRecord, NotFoundError, TuningLog, TuningLogError, exact_best_config
 from tuner.measure import MeasurementAborted
 
+TOP_PRIORITY_EVERY = 8  # steps of lower-priority jobs between two of the top priority's
+
 logger = logging.getLogger("tunefleet.daemon")
 
 
@@ -59,8 +61,13 @@ class JobManager:
         self._validation = ThreadPoolExecutor(max_workers=VALIDATION_THREADS, thread_name_prefix="tunefleet-validate")
         self._changed = threading.Condition()
         # Jobs do not each hold a thread: DRIVER_THREADS drivers take turns advancing the runnable
-        # ones a step each, and rest on the scheduler's changes when none had anything to do.
-        self._runnable: deque[_Job] = deque()
+        # ones a step each, and rest on the scheduler's changes when none had anything to do. A
+        # round steps every runnable job once, the highest priority first: with a hundred jobs a
+        # round takes a while, and an urgent job's results should not wait behind all of it.
+        self._runnable: deque[_Job] = deque()  # this round's jobs still to step
+        self._stepped: list[_Job] = []  # stepped this round: the next round, once sorted
+        self._round_top = 0  # the highest priority of this round's jobs
+        self._lower_steps = 0  # steps of lower-priority jobs since the top ones were stepped
         self._drivers: list[threading.Thread] = []
         self._stopping = threading.Event()
 
@@ -144,8 +151,8 @@ class JobManager:
         while not self._stopping.is_set():
             generation = self.scheduler.generation
             with self._changed:
-                job = self._runnable.popleft() if self._runnable else None
-                pending = len(self._runnable) + 1
+                job = self._next_job()
+                pending = len(self._runnable) + len(self._stepped) + 1
             if job is None:
                 self.scheduler.wait_for_change(generation, 0.5)
                 continue
@@ -153,11 +160,32 @@ class JobManager:
             if busy is None:
                 continue  # the job ended
             with self._changed:
-                self._runnable.append(job)
+                self._stepped.append(job)
             idle_round = 0 if busy else idle_round + 1
             if idle_round >= pending:
                 idle_round = 0
                 self.scheduler.wait_for_change(generation, 0.5)
+
+    def _next_job(self) -> "_Job | None":
+        """The next job to step (lock held): rounds in priority order, and the round's top
+        priority stepped again after every :data:`TOP_PRIORITY_EVERY` steps of lower ones, so an
+        urgent job's results are not left waiting a whole round of a hundred jobs."""
+        if not self._runnable and self._stepped:
+            self._stepped.sort(key=lambda j: -j.status.spec.priority)  # stable: turns kept
+            self._runnable.extend(self._stepped)
+            self._stepped.clear()
+            self._round_top = self._runnable[0].status.spec.priority
+            self._lower_steps = 0
+        if self._lower_steps >= TOP_PRIORITY_EVERY:
+            self._lower_steps = 0
+            top = [j for j in self._stepped if j.status.spec.priority >= self._round_top]
+            if top:
+                self._stepped = [j for j in self._stepped if j.status.spec.priority < self._round_top]
+                self._runnable.extendleft(reversed(top))
+        job = self._runnable.popleft() if self._runnable else None
+        if job is not None and job.status.spec.priority < self._round_top:
+            self._lower_steps += 1
+        return job
 
     def _advance(self, job: _Job) -> bool | None:
         """One step of the job: whether it got anything done, None once it has ended."""

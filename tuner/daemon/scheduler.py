@@ -104,7 +104,7 @@ class Scheduler:
         self.heartbeat_interval_s = heartbeat_interval_s
         self.agent_timeout_s = agent_timeout_s
         self._clock = clock
-        self._on_result = on_result
+        self._result_observers: list[ResultObserver] = [on_result] if on_result is not None else []
         # One mutex, two kinds of waiters: job threads and watchers wait on ``_lock`` for any
         # change; agents' lease calls wait on their key's ``_work`` condition, woken only when
         # candidates of that key are queued (not by each of hundreds of results a second).
@@ -177,10 +177,14 @@ class Scheduler:
             self._key_last_seen[agent.key] = agent.last_heartbeat
             return True
 
-    def leave(self, agent_id: str) -> None:
+    def leave(self, agent_id: str, lost: bool = False) -> None:
+        """The agent is gone: its leases go back to the queue. ``lost``: it did not say goodbye (its
+        stream broke), so they count as expired, as when an agent falls silent."""
         with self._lock:
             agent = self._agents.pop(agent_id, None)
             if agent is not None:
+                if lost:
+                    self.expired_leases += len(agent.leases)
                 self._requeue(agent)
                 self._work_queued(agent.key)  # its own waiting lease answers "unknown" now
 
@@ -322,6 +326,11 @@ class Scheduler:
             return queued, leased
 
     # -- agents' side -----------------------------------------------------------------------
+    def add_result_observer(self, observer: ResultObserver) -> None:
+        """Tell ``observer`` of every accepted result too (as ``on_result``), outside the lock."""
+        with self._lock:
+            self._result_observers.append(observer)
+
     def add_work_listener(self, listener: Callable[[str], None]) -> None:
         """Call ``listener(key)`` whenever candidates of ``key`` are queued or requeued. It runs
         under the scheduler's lock, so it must only hand the news on (to an event loop)."""
@@ -370,8 +379,9 @@ class Scheduler:
                 self._recent_results.append(self._clock())
                 lease_to_result_s = self._clock() - (candidate.leased_at or self._clock())
             self._notify()
-        if accepted and self._on_result is not None:
-            self._on_result(batch.key, result, lease_to_result_s)
+        if accepted:
+            for observer in self._result_observers:
+                observer(batch.key, result, lease_to_result_s)
         return True
 
     # -- internals (lock held) --------------------------------------------------------------

@@ -12,7 +12,7 @@ from typing import Protocol
 import grpc
 
 from measure_agent.device import DeviceInfo, DeviceKeyError, check_device_key
-from measure_agent.protocol import V1_PROTOCOL_VERSION
+from measure_agent.protocol import PROTOCOL_VERSION, V1_PROTOCOL_VERSION
 from measure_agent.engine import MeasureInput, MeasureResult, MeasureStatus, TimingConfig
 from measure_agent.protocol.convert import (
     capabilities_to_json,
@@ -94,17 +94,22 @@ def check_registration(request: Registration, catalog: TemplateCatalog, expected
 
 
 class AgentService(pb_grpc.AgentServiceServicer):
-    def __init__(self, scheduler: Scheduler, catalog: TemplateCatalog) -> None:
+    """Protocol v1's unary agent calls. Agents speak v2 now: an agent of v1 is refused at Register
+    with one line naming both versions, unless ``serve_v1`` (bench/fleet.py compares the two)."""
+
+    def __init__(self, scheduler: Scheduler, catalog: TemplateCatalog, serve_v1: bool = False) -> None:
         self.scheduler = scheduler
         self.catalog = catalog
+        self.expected_protocol = V1_PROTOCOL_VERSION if serve_v1 else PROTOCOL_VERSION
 
     def Register(self, request: pb.RegisterRequest, context: grpc.ServicerContext) -> pb.RegisterReply:
         try:
-            check_registration(request, self.catalog, V1_PROTOCOL_VERSION)
+            check_registration(request, self.catalog, self.expected_protocol)
         except FleetError as exc:
             logger.warning("refused agent %s (key %s) from %s: %s", shown(request.name), shown(request.key),
                            context.peer(), exc)
-            self.scheduler.refuse(refusal(request, context.peer(), self.catalog.version, exc, V1_PROTOCOL_VERSION))
+            self.scheduler.refuse(refusal(request, context.peer(), self.catalog.version, exc,
+                                          self.expected_protocol))
             abort(context, exc)
         agent = self.scheduler.register(
             request.key, request.name or context.peer(), capabilities_to_json(request.capabilities),

@@ -44,6 +44,7 @@ class _Session:
     credit: int = 0
     error: FleetError | None = None
     ended: bool = False
+    said_goodbye: bool = False  # it sent Leaving (else, a stream that ends is an agent lost)
 
     def send(self, message: pb.DaemonMessage) -> None:
         if not self.ended:
@@ -113,7 +114,8 @@ class StreamAgentService(pb_grpc.AgentServiceServicer):
         finally:
             reader.cancel()
             self._stop_waiting(session)
-            self.scheduler.leave(session.agent_id)  # what it held goes back to the queue at once
+            # what it held goes back to the queue at once, not after the agent timeout
+            self.scheduler.leave(session.agent_id, lost=not session.said_goodbye)
             logger.info("agent %s (%s) left key %s", session.name, session.agent_id[:8], session.key)
         if session.error is not None:
             await context.abort(session.error.code, str(session.error))
@@ -144,6 +146,7 @@ class StreamAgentService(pb_grpc.AgentServiceServicer):
             else:
                 session.end(NotFound("the daemon does not know this agent any more (presumed dead): join again"))
         elif kind == "leaving":
+            session.said_goodbye = True
             session.end()
         else:
             session.end(InvalidRequest(f"unexpected {kind or 'empty'} message on an open stream"))
