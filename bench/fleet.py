@@ -181,6 +181,23 @@ def tree_cpu_seconds(roots: list[int], children: bool = True) -> float:
     return total
 
 
+def thread_cpu_seconds() -> dict[str, float]:
+    """CPU seconds of this process's threads so far, by kind (the name without its number): the
+    event loop that serves agent streams, the RPC pool, the job drivers, gRPC's own threads..."""
+    ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    python_names = {t.native_id: t.name for t in threading.enumerate()}  # /proc names them all "python"
+    by_kind: dict[str, float] = {}
+    for task in Path("/proc/self/task").glob("[0-9]*"):
+        try:
+            name = python_names.get(int(task.name)) or (task / "comm").read_text().strip()
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        kind = name.rstrip("0123456789_-") or name
+        by_kind[kind] = by_kind.get(kind, 0.0) + (int(fields[11]) + int(fields[12])) / ticks
+    return by_kind
+
+
 def rss_mb() -> float:
     """This process's resident memory now (the daemon's: it runs here)."""
     for line in Path("/proc/self/status").read_text().splitlines():
@@ -235,6 +252,7 @@ def run_one(agents: int, per_agent: int, sleep_ms: int, workdir: str, protocol: 
             latencies.recording = True
             start = time.perf_counter()
             cpu_start = time.process_time()  # this process is the daemon (plus the watching client)
+            threads_start = thread_cpu_seconds()
             agents_cpu_start = tree_cpu_seconds([p.pid for p in processes])
             agent_main_cpu_start = tree_cpu_seconds([p.pid for p in processes], children=False)
             job = client.submit(JobSpec(workload, key, target="sleep", strategy="random",
@@ -244,6 +262,7 @@ def run_one(agents: int, per_agent: int, sleep_ms: int, workdir: str, protocol: 
                 pass
             wall = time.perf_counter() - start
             daemon_cpu = time.process_time() - cpu_start
+            threads = thread_cpu_seconds()
             agents_cpu = tree_cpu_seconds([p.pid for p in processes]) - agents_cpu_start
             agent_main_cpu = tree_cpu_seconds([p.pid for p in processes], children=False) - agent_main_cpu_start
             rss = rss_mb()
@@ -260,6 +279,10 @@ def run_one(agents: int, per_agent: int, sleep_ms: int, workdir: str, protocol: 
             "agent_cpu_ms": round(agent_main_cpu / candidates * 1000.0, 3),
             "daemon_rss_mb": round(rss, 1), "p99_ms": round(latencies.p99_ms(), 1),
             "cpu_busy": round((daemon_cpu + agents_cpu) / (cores * wall), 3),
+            # where the daemon's CPU per candidate goes, by thread kind (ms; threads that ended uncounted)
+            "daemon_cpu_ms_by_thread": {kind: round((cpu - threads_start.get(kind, 0.0)) / candidates * 1000.0, 3)
+                                        for kind, cpu in sorted(threads.items())
+                                        if cpu - threads_start.get(kind, 0.0) > 0},
         }
     finally:
         for p in processes:
