@@ -114,8 +114,9 @@ main() {
   tracker="127.0.0.1:$port"
   tuner daemon --listen "$tracker" --db "$work/log.sqlite" --agent-timeout 60 >"$work/daemon.log" 2>&1 &
   pids+=($!)
-  in_rootfs env XDG_CACHE_HOME="$agent_cache" measure-agent --tracker "$tracker" --name pi-emulated \
-      >"$work/arm-agent.log" 2>&1 &
+  # not through in_rootfs: a backgrounded function is a subshell, and $! would be its pid
+  chroot "$rootfs" env -i PATH=/opt/tunefleet/bin:/usr/bin:/bin HOME=/root LANG=C.UTF-8 XDG_CACHE_HOME="$agent_cache" \
+      measure-agent --tracker "$tracker" --name pi-emulated >"$work/arm-agent.log" 2>&1 &
   arm_pid=$!; pids+=("$arm_pid")  # chroot, env and the shebang exec in place: this is the agent's pid
   XDG_CACHE_HOME="$work/x86-cache" measure-agent --tracker "$tracker" --name x86 >"$work/x86-agent.log" 2>&1 &
   x86_pid=$!; pids+=("$x86_pid")
@@ -127,6 +128,9 @@ main() {
   grep -q -- "$arm_key" <<<"$listed" || { tail -n 20 "$work/arm-agent.log" >&2; fail "the emulated agent did not join"; }
   grep -q -- "$x86_key" <<<"$listed" || { tail -n 20 "$work/x86-agent.log" >&2; fail "the x86 agent did not join"; }
   sleep 5  # settled after registering
+  for pid in "$arm_pid" "$x86_pid"; do
+    grep -qa measure-agent "/proc/$pid/cmdline" || fail "pid $pid is not an agent: its memory would not be the agent's"
+  done
   arm_idle="$("$python" deploy/arm/pi_cost.py rss "$arm_pid")"
   x86_idle="$("$python" deploy/arm/pi_cost.py rss "$x86_pid")"
   "$python" deploy/arm/pi_cost.py watch-builders "$arm_pid" "$work/arm-builders.json" & pids+=($!)
@@ -172,7 +176,7 @@ EOF
   # Its base (nvcr.io/nvidia/l4t-jetpack) is some 8 GB from NVIDIA's registry; the agent in it is the
   # same code as the rootfs's, so what is checked is that it installs and detects an aarch64 device.
   if ! docker info >/dev/null 2>&1; then
-    say "Jetson image: not built: no docker daemon answers here ($(docker info 2>&1 | grep -m1 -iE 'cannot connect|error' || echo 'docker info fails'))"
+    say "Jetson image: not built: no docker daemon answers here ($({ docker info 2>&1 || true; } | grep -m1 -iE 'cannot connect|error|not found' || echo 'docker info fails'))"
   elif ! docker buildx build --platform linux/arm64 -f deploy/Dockerfile.agent-jetson -t tunefleet-agent-jetson:smoke \
       --load . >"$work/jetson-build.log" 2>&1; then
     say "Jetson image: not built for linux/arm64 here: $(tail -n 1 "$work/jetson-build.log")"
