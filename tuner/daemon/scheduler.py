@@ -342,8 +342,10 @@ class Scheduler:
         with self._lock:
             return any(self._queues.get(key, {}).values())
 
-    def lease(self, agent_id: str, max_candidates: int, wait_s: float) -> list[Candidate] | None:
-        """Up to ``max_candidates`` for the agent, waiting up to ``wait_s`` for the first; None if unknown."""
+    def lease(self, agent_id: str, max_candidates: int, wait_s: float,
+              max_held: int | None = None) -> list[Candidate] | None:
+        """Up to ``max_candidates`` for the agent, waiting up to ``wait_s`` for the first; None if unknown.
+        ``max_held``: the agent never holds more leases than this at once (none when it already does)."""
         deadline = self._clock() + max(0.0, wait_s)
         with self._lock:
             while True:
@@ -352,7 +354,12 @@ class Scheduler:
                 if agent is None:
                     return None
                 agent.last_heartbeat = self._clock()  # a lease call shows the agent is alive
-                taken = self._take(agent, max(1, max_candidates))
+                room = max(1, max_candidates)
+                if max_held is not None:
+                    room = min(room, max_held - len(agent.leases))
+                    if room <= 0:
+                        return []
+                taken = self._take(agent, room)
                 if taken:
                     return taken
                 remaining = deadline - self._clock()
