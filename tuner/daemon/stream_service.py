@@ -152,11 +152,9 @@ class StreamAgentService(pb_grpc.AgentServiceServicer):
             session.end(InvalidRequest(f"unexpected {kind or 'empty'} message on an open stream"))
 
     def _accept(self, session: _Session, measurements) -> None:
-        refused = []
-        for measurement in measurements:
-            result = replace(arriving_result(measurement), measured_by=session.name)
-            if not self.scheduler.report(session.agent_id, measurement.lease_id, result):
-                refused.append(measurement.lease_id)
+        # one scheduler lock for the whole batch, not one per result
+        refused = self.scheduler.report_many(session.agent_id, [
+            (m.lease_id, replace(arriving_result(m), measured_by=session.name)) for m in measurements])
         if refused:
             logger.info("rejected %d late or unknown results from agent %s", len(refused), session.agent_id[:8])
             session.send(pb.DaemonMessage(results_refused=pb.ResultsRefused(lease_ids=refused)))
