@@ -12,6 +12,7 @@ from measure_agent.protocol.convert import result_to_proto
 from measure_agent.protocol.v2 import agent_pb2 as pb2
 from measure_agent.space import Config
 from measure_agent.workload import parse_workload
+from tuner.daemon.limits import MAX_STREAM_CREDIT
 from tuner.log import TuningLog
 
 from fleet_helpers import RawStream, start_daemon, wait_for
@@ -128,6 +129,48 @@ def test_the_first_message_must_be_hello(daemon):
         stream.receive()
     assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     stream.close()
+
+
+def test_a_stream_without_hello_in_time_is_closed_with_one_line(daemon):
+    daemon.streams.hello_wait_s = 0.3  # MAX_HELLO_WAIT_S, shortened for the test
+    stream = RawStream(daemon.address)
+    with pytest.raises(grpc.RpcError) as refused:
+        stream.receive()
+    assert refused.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert refused.value.details() == "no hello within 0.3 s"
+    stream.close()
+
+
+def test_credit_beyond_the_limit_is_clamped(tmp_path):
+    with TuningLog(f"sqlite:///{tmp_path / 'v2.db'}") as log:
+        daemon = start_daemon(log, agent_timeout_s=60.0)  # 256 leases take a while on a loaded host
+        try:
+            _clamped_credit(daemon)
+        finally:
+            daemon.stop(grace_s=0.5)
+
+
+def _clamped_credit(daemon) -> None:
+    stream = RawStream(daemon.address)
+    try:
+        stream.hello()
+        batch = daemon.scheduler.submit("k", 1, 0, [ITEM] * (MAX_STREAM_CREDIT + 10), FAST)
+        stream.send(credit=pb2.Credit(candidates=MAX_STREAM_CREDIT))
+        stream.send(credit=pb2.Credit(candidates=10**6))  # asks for more than the limit, in total
+        leased = _lease_ids(stream, MAX_STREAM_CREDIT)
+        stream.send(heartbeat=pb2.Heartbeat())
+        while stream.receive().WhichOneof("kind") != "heartbeat_ack":  # every lease pushed came before it
+            pass
+        assert len(leased) == MAX_STREAM_CREDIT
+        assert daemon.scheduler.has_queued("k")
+        assert batch.remaining == MAX_STREAM_CREDIT + 10
+        stream.send(results=pb2.Results(measurements=[result_to_proto(i, OK) for i in leased]))
+        stream.send(credit=pb2.Credit(candidates=10))  # room again: the rest comes
+        rest = _lease_ids(stream, 10)
+        stream.send(results=pb2.Results(measurements=[result_to_proto(i, OK) for i in rest]))
+        wait_for(lambda: batch.remaining == 0, 20, "every result reported")
+    finally:
+        stream.close()
 
 
 def test_an_agent_presumed_dead_is_told_to_join_again(tmp_path):

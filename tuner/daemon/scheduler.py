@@ -24,7 +24,7 @@ import time
 import uuid
 from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass, field, replace
-from typing import Callable, Sequence
+from typing import Callable, Iterable, Sequence
 
 from measure_agent.engine import MeasureInput, MeasureResult, TimingConfig
 from tuner.daemon.limits import (
@@ -342,8 +342,10 @@ class Scheduler:
         with self._lock:
             return any(self._queues.get(key, {}).values())
 
-    def lease(self, agent_id: str, max_candidates: int, wait_s: float) -> list[Candidate] | None:
-        """Up to ``max_candidates`` for the agent, waiting up to ``wait_s`` for the first; None if unknown."""
+    def lease(self, agent_id: str, max_candidates: int, wait_s: float,
+              max_held: int | None = None) -> list[Candidate] | None:
+        """Up to ``max_candidates`` for the agent, waiting up to ``wait_s`` for the first; None if unknown.
+        ``max_held``: the agent never holds more leases than this at once (none when it already does)."""
         deadline = self._clock() + max(0.0, wait_s)
         with self._lock:
             while True:
@@ -352,7 +354,12 @@ class Scheduler:
                 if agent is None:
                     return None
                 agent.last_heartbeat = self._clock()  # a lease call shows the agent is alive
-                taken = self._take(agent, max(1, max_candidates))
+                room = max(1, max_candidates)
+                if max_held is not None:
+                    room = min(room, max_held - len(agent.leases))
+                    if room <= 0:
+                        return []
+                taken = self._take(agent, room)
                 if taken:
                     return taken
                 remaining = deadline - self._clock()
@@ -362,27 +369,39 @@ class Scheduler:
 
     def report(self, agent_id: str, lease_id: str, result: MeasureResult) -> bool:
         """Record a result; False when the lease is not (or no longer) this agent's."""
+        return not self.report_many(agent_id, [(lease_id, result)])
+
+    def report_many(self, agent_id: str, reports: Iterable[tuple[str, MeasureResult]]) -> list[str]:
+        """Record an agent's batch of results under one lock; returns the lease ids refused (not, or
+        no longer, this agent's)."""
+        refused: list[str] = []
+        observed: list[tuple[str, MeasureResult, float]] = []
+        released = False
         with self._lock:
-            candidate = self._leases.get(lease_id)
             agent = self._agents.get(agent_id)
-            if candidate is None or agent is None or candidate.agent_id != agent_id:
-                return False
-            del self._leases[lease_id]
-            agent.leases.discard(lease_id)
-            agent.last_heartbeat = self._clock()
-            batch = candidate.batch
-            accepted = batch.results[candidate.index] is None
-            if accepted:
-                batch.results[candidate.index] = result
-                batch.remaining -= 1
-                self.results_by_status[result.status.value] += 1
-                self._recent_results.append(self._clock())
-                lease_to_result_s = self._clock() - (candidate.leased_at or self._clock())
-            self._notify()
-        if accepted:
+            now = self._clock()
+            for lease_id, result in reports:
+                candidate = self._leases.get(lease_id)
+                if candidate is None or agent is None or candidate.agent_id != agent_id:
+                    refused.append(lease_id)
+                    continue
+                del self._leases[lease_id]
+                agent.leases.discard(lease_id)
+                agent.last_heartbeat = now
+                released = True
+                batch = candidate.batch
+                if batch.results[candidate.index] is None:
+                    batch.results[candidate.index] = result
+                    batch.remaining -= 1
+                    self.results_by_status[result.status.value] += 1
+                    self._recent_results.append(now)
+                    observed.append((batch.key, result, now - (candidate.leased_at or now)))
+            if released:
+                self._notify()
+        for key, result, lease_to_result_s in observed:
             for observer in self._result_observers:
-                observer(batch.key, result, lease_to_result_s)
-        return True
+                observer(key, result, lease_to_result_s)
+        return refused
 
     # -- internals (lock held) --------------------------------------------------------------
     def _remember_device(self, key: str, device_info: dict) -> None:

@@ -25,14 +25,12 @@ from measure_agent.protocol.v1 import fleet_pb2 as pb1
 from measure_agent.protocol.v2 import agent_pb2 as pb
 from measure_agent.protocol.v2 import agent_pb2_grpc as pb_grpc
 from measure_agent.templates import TemplateCatalog
-from tuner.daemon.limits import MAX_CANDIDATES_PER_LEASE
+from tuner.daemon.limits import MAX_HELLO_WAIT_S, MAX_STREAM_CREDIT
 from tuner.daemon.scheduler import Candidate, Scheduler
 from tuner.daemon.service import arriving_result, check_registration, refusal
 
 logger = logging.getLogger("tunefleet.daemon")
 
-HELLO_TIMEOUT_S = 30.0  # a stream that does not say who it is by then is closed
-MAX_CREDIT = MAX_CANDIDATES_PER_LEASE  # candidates an agent may be granted ahead at most
 
 
 @dataclass(eq=False)
@@ -65,8 +63,10 @@ class _Waiting:
 
 
 class StreamAgentService(pb_grpc.AgentServiceServicer):
-    def __init__(self, scheduler: Scheduler, catalog: TemplateCatalog) -> None:
+    def __init__(self, scheduler: Scheduler, catalog: TemplateCatalog,
+                 hello_wait_s: float = MAX_HELLO_WAIT_S) -> None:
         self.scheduler = scheduler
+        self.hello_wait_s = hello_wait_s  # tests shorten it
         self.catalog = catalog
         self._loop: asyncio.AbstractEventLoop | None = None
         self._waiting: dict[str, _Waiting] = {}
@@ -84,9 +84,9 @@ class StreamAgentService(pb_grpc.AgentServiceServicer):
     # -- one agent's stream -----------------------------------------------------------------
     async def Connect(self, request_iterator, context: grpc.aio.ServicerContext):
         try:
-            first = await asyncio.wait_for(context.read(), HELLO_TIMEOUT_S)
+            first = await asyncio.wait_for(context.read(), self.hello_wait_s)
         except asyncio.TimeoutError:
-            await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, f"no hello within {HELLO_TIMEOUT_S:g} s")
+            await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, f"no hello within {self.hello_wait_s:g} s")
         if first is grpc.aio.EOF:
             return
         if first.WhichOneof("kind") != "hello":
@@ -136,7 +136,7 @@ class StreamAgentService(pb_grpc.AgentServiceServicer):
     def _handle(self, session: _Session, message: pb.AgentMessage) -> None:
         kind = message.WhichOneof("kind")
         if kind == "credit":
-            session.credit = min(MAX_CREDIT, session.credit + max(0, message.credit.candidates))
+            session.credit = min(MAX_STREAM_CREDIT, session.credit + max(0, message.credit.candidates))
             self._serve(session)
         elif kind == "results":
             self._accept(session, message.results.measurements)
@@ -152,11 +152,9 @@ class StreamAgentService(pb_grpc.AgentServiceServicer):
             session.end(InvalidRequest(f"unexpected {kind or 'empty'} message on an open stream"))
 
     def _accept(self, session: _Session, measurements) -> None:
-        refused = []
-        for measurement in measurements:
-            result = replace(arriving_result(measurement), measured_by=session.name)
-            if not self.scheduler.report(session.agent_id, measurement.lease_id, result):
-                refused.append(measurement.lease_id)
+        # one scheduler lock for the whole batch, not one per result
+        refused = self.scheduler.report_many(session.agent_id, [
+            (m.lease_id, replace(arriving_result(m), measured_by=session.name)) for m in measurements])
         if refused:
             logger.info("rejected %d late or unknown results from agent %s", len(refused), session.agent_id[:8])
             session.send(pb.DaemonMessage(results_refused=pb.ResultsRefused(lease_ids=refused)))
@@ -167,7 +165,8 @@ class StreamAgentService(pb_grpc.AgentServiceServicer):
         if session.ended or session.credit <= 0:
             self._stop_waiting(session)
             return
-        taken = self.scheduler.lease(session.agent_id, session.credit, 0.0)
+        # credit re-sent before results cannot make an agent hold more than the limit
+        taken = self.scheduler.lease(session.agent_id, session.credit, 0.0, max_held=MAX_STREAM_CREDIT)
         if taken is None:
             session.end(NotFound("the daemon does not know this agent any more (presumed dead): join again"))
             return
