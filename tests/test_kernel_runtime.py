@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from measure_agent.engine import MeasureEngine, MeasureInput, MeasureStatus, TimingConfig
+from measure_agent.engine import runtime as runtime_module
 from measure_agent.engine.runtime import KernelRuntime, RuntimeSettingsError, default_thread_count
 from measure_agent.templates import default_catalog
 from measure_agent.workload import parse_workload
@@ -58,7 +59,9 @@ def test_a_bad_exported_setting_is_a_one_line_error(name, value):
     assert "\n" not in str(error.value)
 
 
-def test_apply_sets_what_a_process_starting_numba_reads():
+def test_apply_sets_what_a_process_starting_numba_reads(monkeypatch):
+    # as before numba launched its threads (whether an earlier test in this process did is not ours)
+    monkeypatch.setattr(runtime_module, "_threads_launched", lambda: False)
     environ: dict[str, str] = {}
     runtime = KernelRuntime(threading_layer="omp", num_threads=3, wait_policy="passive",
                             codegen=(("NUMBA_OPT", "3"),))
@@ -67,6 +70,19 @@ def test_apply_sets_what_a_process_starting_numba_reads():
     assert environ["NUMBA_OPT"] == "3"
     # numba is imported in this test process: its pool size is fixed, so the count is left alone
     assert ("NUMBA_NUM_THREADS" in environ) == ("numba" not in sys.modules)
+
+
+def test_apply_after_numba_launched_its_threads_leaves_what_it_can_no_longer_change(monkeypatch):
+    import numba  # noqa: F401  (the late case: numba imported and its threads running)
+
+    monkeypatch.setattr(runtime_module, "_threads_launched", lambda: True)
+    environ = {"OMP_WAIT_POLICY": "active"}
+    runtime = KernelRuntime(threading_layer="omp", num_threads=3, wait_policy="passive",
+                            codegen=(("NUMBA_OPT", "3"),))
+    assert runtime.apply(environ) is False
+    # the threads already run with the old values: writing new ones would make the report lie
+    assert environ["OMP_WAIT_POLICY"] == "active" and "NUMBA_THREADING_LAYER" not in environ
+    assert "NUMBA_NUM_THREADS" not in environ and environ["NUMBA_OPT"] == "3"
 
 
 def _measured_runtime(cache_dir: Path, db: Path) -> dict:
