@@ -6,16 +6,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from measure_agent.device import DeviceInfo, detect_device
 from measure_agent.engine import build
-from measure_agent.engine.build import compile_kernel, load_kernel
-from measure_agent.engine.checking import check_output, make_problem
 from measure_agent.templates.catalog import default_catalog
 from measure_agent.templates.cpu._common import target_of, vector_target
 from measure_agent.workload import parse_workload
+
+from kernel_checks import check_kernel
 
 EMULATED = Path(__file__).parent / "data" / "devices" / "qemu_user_aarch64_on_x86"
 PI4 = DeviceInfo("aarch64", "ARM Cortex-A72", 4, ("asimd",), board="Raspberry Pi 4 Model B Rev 1.4")
@@ -68,14 +67,7 @@ def test_the_neon_default_renders_a_two_vector_tile_that_computes_the_reference(
     vector_tile = config["tile_n"][-1] if workload.op == "matmul" else config["tile_k"][-1]
     lanes = vector_target(emulated).lanes(workload.dtype)
     assert vector_tile % lanes == 0 and vector_tile in NEON_VECTOR_TILES[workload.dtype]
-    source = template.render(workload, config)
-    kernel = load_kernel(source, tmp_path)
-    problem = make_problem(workload)
-    out = np.full(workload.spec.output_shape(workload.params), np.nan, dtype=workload.dtype)
-    args = (*problem.inputs, out, *source.runtime_args)
-    compile_kernel(kernel, args)
-    kernel(*args)
-    assert check_output(problem, out).correct
+    check_kernel(template, workload, config, tmp_path)
 
 
 def test_aarch64_code_generation_gets_no_x86_settings():

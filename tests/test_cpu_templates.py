@@ -17,13 +17,13 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from measure_agent.device import DeviceInfo
-from measure_agent.engine.build import compile_kernel, load_kernel
-from measure_agent.engine.checking import check_output, make_problem
 from measure_agent.space import Config, ConfigSpace
 from measure_agent.templates.catalog import default_catalog
 from measure_agent.templates.cpu import cpu_templates
 from measure_agent.templates.cpu._common import vector_target
 from measure_agent.workload import Workload, WorkloadError, make_workload, parse_workload
+
+from kernel_checks import check_kernel
 
 TEMPLATES = {t.op: t for t in cpu_templates()}
 CONV_OPS = ("conv2d_nchw", "conv2d_nhwc")
@@ -35,18 +35,8 @@ NEON = DeviceInfo("aarch64", "ARM Cortex-A72", 4, ("neon", "asimd"))
 
 
 def check(workload: Workload, config: Config, cache_dir) -> None:
-    """Compile the config's kernel (into the session cache) and compare it with the reference; the
-    output starts as NaN, so an element the kernel never writes fails."""
-    template = TEMPLATES[workload.op]
-    source = template.render(workload, config)
-    kernel = load_kernel(source, cache_dir)
-    problem = make_problem(workload)
-    out = np.full(workload.spec.output_shape(workload.params), np.nan, dtype=workload.dtype)
-    args = (*problem.inputs, out, *source.runtime_args)
-    compile_kernel(kernel, args)
-    kernel(*args)
-    result = check_output(problem, out)
-    assert result.correct, f"{workload.key} {config}: max abs error {result.max_abs_error}"
+    """Compile the config's kernel (into the session cache) and compare it with the reference."""
+    check_kernel(TEMPLATES[workload.op], workload, config, cache_dir)
 
 
 def serial(space: ConfigSpace, config: Config) -> Config:
