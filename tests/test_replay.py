@@ -323,3 +323,12 @@ def test_real_kernel_tuner_restrictions_evaluate_as_python_does(name):
             except ZeroDivisionError:
                 expected = False
             assert restriction(values) is expected, (text, values)
+
+
+def test_a_replay_space_pickles_as_its_cache_data():
+    import pickle
+
+    for space in (parse_cache(tiny_cache(), "tiny_A"), parse_cache(tiny_cache(restrictions=False), "tiny_B")):
+        again = pickle.loads(pickle.dumps(space))
+        assert (again.name, again.size, again.times, again.optimum) == (space.name, space.size, space.times, space.optimum)
+        assert [c.to_json() for c in again.space.iter_valid()] == [c.to_json() for c in space.space.iter_valid()]

@@ -7,7 +7,8 @@
 # must be ok (built, checked against numpy, recorded) with the aarch64 facts and NEON spaces on the
 # aarch64 key; `tuner verify --tracker` passes on both keys. Prints what a Pi pays against x86.
 #
-# Exit 0: passed; 77: skipped, with the reason (no root, no binfmt_misc, no qemu); else failed.
+# Exit 0: passed; 77: skipped, with the reason (no root, no binfmt_misc, no qemu); 124: stopped by
+# SIGTERM (a deadline such as `timeout`'s: the step it was on is printed); else failed.
 # Settings: SMOKE_TRIALS (per workload and key, default 2), TUNEFLEET_ARM_MIRROR (Debian mirror),
 # PYTHON (the host's, with tunefleet[server]: default python3).
 set -euo pipefail
@@ -23,7 +24,8 @@ workloads=(matmul_64x64x64 conv2d_nchw_1x16x16x16_k16_r3s3_s1_p1 conv2d_nhwc_1x1
            depthwise_conv2d_nchw_1x16x16x16_r3s3_s1_p1 dense_16x64x64)
 started_at=$(date +%s)
 
-say() { echo "smoke: $*" >&2; }
+step="starting"
+say() { echo "smoke: $*" >&2; step="$*"; }
 skip() { say "skipped: $*"; exit 77; }
 fail() { say "FAILED: $*"; exit 1; }
 
@@ -191,4 +193,7 @@ EOF
   echo "smoke: passed in $(( $(date +%s) - started_at )) s"
 }
 
+# A deadline (`timeout` sends SIGTERM to the whole process group) ends the run through the EXIT
+# trap's cleanup, which kills what the run started and unmounts what it mounted.
+trap 'echo "smoke: stopped by SIGTERM after $(( $(date +%s) - started_at )) s, at: $step" >&2; exit 124' TERM
 main "$@"

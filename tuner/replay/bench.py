@@ -18,7 +18,6 @@ command only parses its options and prints the rows.
 from __future__ import annotations
 
 import multiprocessing
-import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -26,7 +25,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from tuner.replay.baseline import random_baseline
-from tuner.replay.cache import ReplaySpace, load_cache
+from tuner.replay.cache import ReplaySpace
 from tuner.search import STRATEGIES, Observation, PriorObservation, make_strategy
 
 
@@ -207,13 +206,11 @@ def bench_strategies(
     options = {"budgets": budgets, "repeats": repeats, "batch_size": batch_size, "seed": seed,
                "time_budget": time_budget_s}
     if jobs > 1 and len(tasks) > 1:
-        if os.name == "nt":  # no fork: each worker reads the files again (constraints are closures, unpicklable)
-            pool = multiprocessing.get_context("spawn").Pool(
-                min(jobs, len(tasks)), initializer=_init_worker,
-                initargs=(options, None, [(s.path, s.name) for s in spaces]))
-        else:  # forked workers inherit the loaded spaces
-            pool = multiprocessing.get_context("fork").Pool(
-                min(jobs, len(tasks)), initializer=_init_worker, initargs=(options, spaces))
+        # Spawned, never forked: forking this (often threaded) process can leave a worker waiting on a
+        # lock another thread held at the fork, and the pool then waits forever. Spaces pickle as
+        # their cache data (ReplaySpace.__reduce__).
+        pool = multiprocessing.get_context("spawn").Pool(
+            min(jobs, len(tasks)), initializer=_init_worker, initargs=(options, spaces))
         with pool:
             results = pool.map(_run_task, tasks, chunksize=1)
     else:
@@ -258,9 +255,8 @@ def _means(by_budget: dict[int, list[float]]) -> dict[int, float]:
 _STATE: dict[str, Any] = {}
 
 
-def _init_worker(options: dict[str, Any], spaces: Sequence[ReplaySpace] | None,
-                 files: Sequence[tuple[str, str]] = ()) -> None:
-    _STATE["spaces"] = list(spaces) if spaces is not None else [load_cache(path, name) for path, name in files]
+def _init_worker(options: dict[str, Any], spaces: Sequence[ReplaySpace]) -> None:
+    _STATE["spaces"] = list(spaces)
     _STATE["options"] = options
     _STATE["priors"] = {}
 

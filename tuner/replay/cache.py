@@ -44,6 +44,14 @@ class ReplaySpace:
     path: str = ""
     meta: dict = field(default_factory=dict)
     skipped: int = 0  # cache entries left out: values outside tune_params, or outside the restrictions
+    # The parsed cache data: a space pickles as this data and is parsed again where it is unpickled,
+    # since its constraints are closures (worker processes are spawned, never forked: see bench.py).
+    source: Mapping[str, Any] | None = field(default=None, repr=False, compare=False)
+
+    def __reduce__(self):
+        if self.source is None:
+            raise TypeError(f"{self.name}: a ReplaySpace built without its cache data cannot be pickled")
+        return (parse_cache, (self.source, self.name, self.path))
 
     def __post_init__(self) -> None:
         ok = sorted(t for t in self.times.values() if t is not None)
@@ -195,6 +203,7 @@ def parse_cache(data: Mapping[str, Any], name: str = "space", path: str = "") ->
         size=size,
         path=path,
         meta=meta,
+        source=data,
     )
 
 
