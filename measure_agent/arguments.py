@@ -47,6 +47,11 @@ def non_negative_float(text: str) -> float:
     return _finite_number(text, lambda value: value >= 0, ">= 0")
 
 
+def share_fraction(text: str) -> float:
+    """A share of something: a number from 0 up to, not including, 1."""
+    return _finite_number(text, lambda value: 0 <= value < 1, "in [0, 1)")
+
+
 def host_port_type(lowest_port: int) -> Callable[[str], str]:
     """An argparse type: HOST:PORT (an IPv6 host in brackets, [::1]:9190) with PORT from ``lowest_port``
     to 65535; 1 for addresses to connect to, 0 for addresses to bind (any free port)."""

@@ -55,7 +55,7 @@ def test_tune_best_show_kernel_export_import(cli_env, tmp_path):
     # Same command again: resumes, measures nothing new.
     again = tuner(cli_env, "tune", "--workload", WORKLOAD, "--trials", "8", "--strategy", "random", "--seed", "1",
                   "--db", db, "--device-key", "ci-host", "--pin", "parallel=false", "--no-transfer",
-                  "--time-budget", "600").stdout
+                  "--time-budget", "600", "--reuse-share", "0.5").stdout
     assert "0 measured now, 8 in the log" in again
     from tuner.log import TuningLog
 
@@ -63,6 +63,7 @@ def test_tune_best_show_kernel_export_import(cli_env, tmp_path):
         first, second = sorted(log.jobs(), key=lambda job: job.id)
     assert (first.options["transfer"], first.options["time_budget_s"]) == (True, None)
     assert (second.options["transfer"], second.options["time_budget_s"]) == (False, 600.0)
+    assert (first.options["reuse_share"], second.options["reuse_share"]) == (0.0, 0.5)
 
 
 @pytest.mark.parametrize(

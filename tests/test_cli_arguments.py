@@ -239,6 +239,12 @@ def test_non_negative_seconds_have_one_message(capsys, value):
     assert line.endswith(f"argument --wait-timeout: must be a finite number >= 0, not {value!r}")
 
 
+@pytest.mark.parametrize("value", ["1", "-0.1", "nan", "x"])
+def test_reuse_share_is_a_fraction_below_one(capsys, value):
+    line = rejected(tuner_main, capsys, "tune", "--workload", W, f"--reuse-share={value}")
+    assert line.endswith(f"argument --reuse-share: must be a finite number in [0, 1), not {value!r}")
+
+
 # -- 8. --rpc-key without --tracker; a daemon that cannot bind --------------------------------------------------
 @pytest.mark.parametrize("argv, command", [
     (["tune", "--workload", W, "--rpc-key", "k"], "tune"),

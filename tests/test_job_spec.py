@@ -43,6 +43,7 @@ SAMPLES = {
     "family": "matmul(M=1..8,N=2,K=2)",
     "transfer": False,
     "time_budget_s": 600.0,
+    "reuse_share": 0.25,
 }
 FIELDS = [f.name for f in dataclasses.fields(JobSpec)]
 
@@ -115,7 +116,8 @@ def test_each_field_reaches_the_job_the_daemon_runs(name, tmp_path, capture_runs
     loop_view = {"trials": options.trials, "strategy": options.strategy, "seed": options.seed,
                  "early_stopping": options.early_stopping, "pins": tuple(f"{k}={v}" for k, v in options.pins),
                  "constraints": options.constraints, "transfer": options.transfer,
-                 "time_budget_s": options.time_budget_s, "target": expected.target_spec.family}
+                 "time_budget_s": options.time_budget_s, "reuse_share": options.reuse_share,
+                 "target": expected.target_spec.family}
     measurer = run["measurer"]
     measurer_view = {"device_key": measurer.device_key, "priority": measurer.priority, "timing": measurer.timing,
                      "wait_timeout_s": measurer.wait_timeout_s}
@@ -148,6 +150,9 @@ def test_each_field_reaches_the_job_the_daemon_runs(name, tmp_path, capture_runs
     ({"pins": ("behaviour=ok",) * 65}, "at most 64 pins"),
     ({"constraints": ("variant < 3" + " " * 3000,)}, "each of the constraints must be at most 2000 characters"),
     ({"wait_timeout_s": 1e12}, "wait timeout must be at most"),
+    ({"reuse_share": 1.0}, r"reuse share must be a number in \[0, 1\), not 1.0"),
+    ({"reuse_share": float("nan")}, r"reuse share must be a number in \[0, 1\)"),
+    ({"reuse_share": True}, r"reuse share must be a number in \[0, 1\)"),
 ])
 def test_validation_names_the_field_in_one_line(changes, message):
     with pytest.raises(JobSpecError, match=message) as caught:

@@ -62,7 +62,8 @@ class TuneOptions:
         """What the loop takes from a job's spec (the rest goes to its measurer)."""
         return cls(trials=spec.trials, strategy=spec.strategy, seed=spec.seed, early_stopping=spec.early_stopping,
                    target=spec.target_spec.family, pins=spec.pin_pairs, constraints=tuple(spec.constraints),
-                   transfer=spec.transfer, time_budget_s=spec.time_budget_s)
+                   transfer=spec.transfer, time_budget_s=spec.time_budget_s,
+                   reuse_share=float(spec.reuse_share))
 
 
 @dataclass(frozen=True)

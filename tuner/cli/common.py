@@ -15,6 +15,7 @@ from measure_agent.arguments import (  # noqa: F401 - the float types are for th
     int_range,
     non_negative_float,
     positive_float,
+    share_fraction,
     tracker_type,
 )
 from measure_agent import settings

@@ -21,6 +21,7 @@ from tuner.cli.common import (
     opened_fleet,
     positive_float,
     positive_int32,
+    share_fraction,
     workload_arg,
 )
 from tuner.cli.jobs_view import print_summary, watch_with_progress
@@ -60,6 +61,9 @@ def add_job_arguments(p: argparse.ArgumentParser) -> None:
                    "recorded); re-running resumes")
     p.add_argument("--no-transfer", dest="transfer", action="store_false",
                    help="do not start from the log's records of other shapes and devices of the operator")
+    p.add_argument("--reuse-share", type=share_fraction, default=0.0, metavar="FRACTION",
+                   help="share of each batch (0 to below 1; default 0) given to runtime variants of the best "
+                   "kernels measured so far, which need no compile: tuning is faster where compiles dominate")
     add_search_arguments(p, "the job")
     p.add_argument("--pin", action="append", default=[], metavar="KNOB=VALUE",
                    help="fix a knob (repeatable); VALUE as JSON, e.g. --pin parallel=true --pin tile_n=[4,1,16]; "
@@ -108,7 +112,7 @@ def job_spec_from_args(args: argparse.Namespace, workload: str, device_key: str,
     return search_spec_from_args(args, workload, device_key, trials=args.trials,
                                  early_stopping=args.early_stopping, pins=tuple(args.pin),
                                  constraints=tuple(args.constraint), family=family, transfer=args.transfer,
-                                 time_budget_s=args.time_budget)
+                                 time_budget_s=args.time_budget, reuse_share=args.reuse_share)
 
 
 def run(args: argparse.Namespace) -> int:

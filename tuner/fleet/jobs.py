@@ -65,6 +65,9 @@ class JobSpec:
     family: str = ""  # the shape range ("matmul(M=1..512,...)") this workload represents, if any
     transfer: bool = True  # start from the log's records of other shapes and devices
     time_budget_s: float | None = None  # propose nothing new after this much wall time of one run
+    # share of each batch, in [0, 1), given to configs that reuse an already compiled best kernel
+    # (tuner.search.kernel_reuse): they cost no compile
+    reuse_share: float = 0.0
 
     # -- derived views (no state of their own) -----------------------------------------------
     @property
@@ -124,6 +127,9 @@ class JobSpec:
         _check_timing(self.timing)
         if not isinstance(self.transfer, bool):
             raise JobSpecError("transfer must be true or false")
+        if (isinstance(self.reuse_share, bool) or not isinstance(self.reuse_share, (int, float))
+                or not 0.0 <= self.reuse_share < 1.0):
+            raise JobSpecError(f"reuse share must be a number in [0, 1), not {shown(self.reuse_share)}")
         family = _checked_family(self.family, workload) if self.family else ""
         if catalog is not None:
             from measure_agent.templates import TemplateNotFound

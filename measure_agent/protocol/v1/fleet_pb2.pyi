@@ -168,7 +168,7 @@ class LeaveReply(_message.Message):
     def __init__(self) -> None: ...
 
 class JobSpec(_message.Message):
-    __slots__ = ("workload", "target", "device_key", "strategy", "trials", "seed", "early_stopping", "priority", "timing", "wait_timeout_s", "pins", "constraints", "family", "time_budget_s", "transfer")
+    __slots__ = ("workload", "target", "device_key", "strategy", "trials", "seed", "early_stopping", "priority", "timing", "wait_timeout_s", "pins", "constraints", "family", "time_budget_s", "transfer", "reuse_share")
     WORKLOAD_FIELD_NUMBER: _ClassVar[int]
     TARGET_FIELD_NUMBER: _ClassVar[int]
     DEVICE_KEY_FIELD_NUMBER: _ClassVar[int]
@@ -184,6 +184,7 @@ class JobSpec(_message.Message):
     FAMILY_FIELD_NUMBER: _ClassVar[int]
     TIME_BUDGET_S_FIELD_NUMBER: _ClassVar[int]
     TRANSFER_FIELD_NUMBER: _ClassVar[int]
+    REUSE_SHARE_FIELD_NUMBER: _ClassVar[int]
     workload: str
     target: str
     device_key: str
@@ -199,7 +200,8 @@ class JobSpec(_message.Message):
     family: str
     time_budget_s: float
     transfer: bool
-    def __init__(self, workload: _Optional[str] = ..., target: _Optional[str] = ..., device_key: _Optional[str] = ..., strategy: _Optional[str] = ..., trials: _Optional[int] = ..., seed: _Optional[int] = ..., early_stopping: _Optional[int] = ..., priority: _Optional[int] = ..., timing: _Optional[_Union[Timing, _Mapping]] = ..., wait_timeout_s: _Optional[float] = ..., pins: _Optional[_Iterable[str]] = ..., constraints: _Optional[_Iterable[str]] = ..., family: _Optional[str] = ..., time_budget_s: _Optional[float] = ..., transfer: bool = ...) -> None: ...
+    reuse_share: float
+    def __init__(self, workload: _Optional[str] = ..., target: _Optional[str] = ..., device_key: _Optional[str] = ..., strategy: _Optional[str] = ..., trials: _Optional[int] = ..., seed: _Optional[int] = ..., early_stopping: _Optional[int] = ..., priority: _Optional[int] = ..., timing: _Optional[_Union[Timing, _Mapping]] = ..., wait_timeout_s: _Optional[float] = ..., pins: _Optional[_Iterable[str]] = ..., constraints: _Optional[_Iterable[str]] = ..., family: _Optional[str] = ..., time_budget_s: _Optional[float] = ..., transfer: bool = ..., reuse_share: _Optional[float] = ...) -> None: ...
 
 class JobRef(_message.Message):
     __slots__ = ("job_id",)
