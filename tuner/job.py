@@ -217,7 +217,9 @@ class TuningJob:
                         unlogged.wait(wait_s)
                     yield False
                     continue
-                strategy.observe([self._observation(r) for r in records])
+                # the configs measured are the ones proposed: no need to read them back from the records
+                strategy.observe([Observation(item.config, record.mean_s)
+                                  for (item, _), record in zip(arrived, records)])
                 for item, result in arrived:
                     in_flight.discard(item.config.digest)
                     measured.add(item.config.digest)
@@ -251,10 +253,8 @@ class TuningJob:
                 unlogged.retrying(lambda: self.log.finish_job(job_id, final_status), attempts=5)
         # the answer `tuner best` gives: the fastest config the installed template accepts
         best = exact_best_config(self.log, self.workload, key[1], opts.target, catalog=self.catalog)
-        default_records = [
-            r for r in self.log.trials(workload_key=key[0], device_key=key[1], target=key[2])
-            if self._digest(r.config) == self.default_config.digest
-        ]
+        default_records = self.log.trials(workload_key=key[0], device_key=key[1], target=key[2],
+                                          config_digest=self.default_config.digest)
         return TuneSummary(
             job_id=job_id,
             workload=self.workload,

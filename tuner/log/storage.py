@@ -390,12 +390,14 @@ class TuningLog:
         job_id: int | None = None,
         limit: int | None = None,
         created_before: datetime | None = None,
+        config_digest: str | None = None,
     ) -> list[TrialRecord]:
         """Trials matching every given filter, ordered by ``created_at`` then insertion order.
 
         ``device_key`` is one key or a sequence of keys (any of them). With ``limit``, only the
         ``limit`` most recent matching trials are returned (still oldest first). With
-        ``created_before`` (aware), only trials recorded before that moment.
+        ``created_before`` (aware), only trials recorded before that moment. With ``config_digest``
+        (``Config.digest``), only the trials of that config (one per workload, device and target).
         """
         if status is not None and status not in TRIAL_STATUSES:
             raise ValueError(f"status {status!r} is not one of {', '.join(TRIAL_STATUSES)}")
@@ -409,6 +411,8 @@ class TuningLog:
             stmt = stmt.where(t.c.job_id == job_id)
         if created_before is not None:
             stmt = stmt.where(t.c.created_at < created_before)
+        if config_digest is not None:
+            stmt = stmt.where(t.c.config_digest == config_digest)
         if limit is None:
             return self._fetch_trials(stmt.order_by(t.c.created_at, t.c.id))
         newest = self._fetch_trials(stmt.order_by(t.c.created_at.desc(), t.c.id.desc()).limit(limit))
