@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import grpc
 
@@ -154,7 +154,7 @@ class StreamAgentService(pb_grpc.AgentServiceServicer):
     def _accept(self, session: _Session, measurements) -> None:
         # one scheduler lock for the whole batch, not one per result
         refused = self.scheduler.report_many(session.agent_id, [
-            (m.lease_id, replace(arriving_result(m), measured_by=session.name)) for m in measurements])
+            (m.lease_id, arriving_result(m, measured_by=session.name)) for m in measurements])
         if refused:
             logger.info("rejected %d late or unknown results from agent %s", len(refused), session.agent_id[:8])
             session.send(pb.DaemonMessage(results_refused=pb.ResultsRefused(lease_ids=refused)))
