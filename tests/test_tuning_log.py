@@ -183,6 +183,10 @@ def test_trials_filters_and_order(log):
     assert ks(status="ok") == [4, 3, 1]
     assert ks(workload_key=WL, device_key="dev-a", target="cpu", status="compile_error") == [2]
     assert ks(device_key="nobody") == []
+    # by config: its trials on every workload, device and target, or on one of them
+    digest = Config((("k", 1),)).digest
+    assert ks(config_digest=digest) == [1] and ks(config_digest=digest, device_key="dev-b") == []
+    assert ks(config_digest="0" * 16) == []
     with pytest.raises(ValueError):
         log.trials(status="bogus")
     with pytest.raises(WorkloadError):
