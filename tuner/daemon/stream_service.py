@@ -13,11 +13,13 @@ also the moment its stream ends), late results refused, quarantine.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from dataclasses import dataclass, field
 
 import grpc
 
+from measure_agent.engine import TimingConfig
 from measure_agent.protocol import PROTOCOL_VERSION
 from measure_agent.protocol.convert import capabilities_to_json, timing_to_proto
 from measure_agent.protocol.errors import FleetError, InvalidRequest, NotFound, shown
@@ -205,4 +207,10 @@ class StreamAgentService(pb_grpc.AgentServiceServicer):
 def _candidate_to_proto(candidate: Candidate) -> pb1.Candidate:
     return pb1.Candidate(lease_id=candidate.lease_id, workload=candidate.item.workload.key,
                          config_json=candidate.item.config.json_text(), target=candidate.item.target,
-                         timing=timing_to_proto(candidate.batch.timing))
+                         timing=_timing_proto(candidate.batch.timing))
+
+
+@functools.lru_cache(maxsize=64)
+def _timing_proto(timing: TimingConfig) -> pb1.Timing:
+    """A job's timing as a message, built once (a candidate's message copies it, so it is never changed)."""
+    return timing_to_proto(timing)
