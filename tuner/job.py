@@ -8,6 +8,7 @@ never measured again.
 
 from __future__ import annotations
 
+import bisect
 import math
 import time
 from dataclasses import dataclass, field
@@ -227,10 +228,11 @@ class TuningJob:
                     status_counts[result.status.value] = status_counts.get(result.status.value, 0) + 1
                     if not result.status.is_ok:
                         errors += 1
-                    if result.mean_s is not None:
-                        fastest.add(result.mean_s, item.config)
-                    if result.mean_s is not None and result.mean_s < best:
-                        best = result.mean_s
+                    mean_s = result.mean_s  # a property that averages the costs: once
+                    if mean_s is not None:
+                        fastest.add(mean_s, item.config)
+                    if mean_s is not None and mean_s < best:
+                        best = mean_s
                         since_improvement = 0
                     else:
                         since_improvement += 1
@@ -313,8 +315,9 @@ class _Fastest:
         self._entries: list[tuple[float, str, Config]] = []
 
     def add(self, mean_s: float, config: Config) -> None:
-        self._entries.append((mean_s, config.digest, config))
-        self._entries.sort(key=lambda entry: (entry[0], entry[1]))
+        if len(self._entries) >= self.keep * 4 and (mean_s, config.digest) >= self._entries[-1][:2]:
+            return  # slower than every one kept (most results are): nothing changes
+        bisect.insort(self._entries, (mean_s, config.digest, config), key=lambda entry: (entry[0], entry[1]))
         del self._entries[self.keep * 4:]  # a few more than kept: several may share one kernel
 
     def configs(self) -> list[Config]:

@@ -123,7 +123,8 @@ class TrialRecord:
         if status not in TRIAL_STATUSES:
             raise RecordError(f"status {status!r} is not one of {', '.join(TRIAL_STATUSES)}")
         object.__setattr__(self, "status", status)
-        if isinstance(self.costs, (str, bytes)) or not isinstance(self.costs, Sequence):
+        if type(self.costs) is not tuple and (isinstance(self.costs, (str, bytes))
+                                              or not isinstance(self.costs, Sequence)):
             raise RecordError("costs must be a list of seconds")
         object.__setattr__(self, "costs", tuple(_seconds(f"costs[{i}]", c) for i, c in enumerate(self.costs)))
         if status == MeasureStatus.OK.value:
