@@ -126,6 +126,18 @@ def test_record_then_duplicate_is_a_noop(log):
     assert log.device_keys() == ["dev-a", "dev-b"]
 
 
+def test_a_large_group_is_recorded_in_order_and_counted_exactly(log):
+    """A group of trials is one statement (in pages): duplicates within it and of earlier rows are
+    skipped, the first of a config is the one kept, and the count says how many were new."""
+    log.record_trial(trial({"i": 7}, message="earlier"))
+    group = [trial({"i": i % 2100}, at=i, message=str(i)) for i in range(2300)]
+    assert log.record_trials(group) == 2099
+    stored = log.trials()
+    assert len(stored) == 2100
+    assert stored[0].message == "earlier"
+    assert [t.message for t in stored[1:]] == [str(i) for i in range(2100) if i != 7]
+
+
 def test_measured_digests_cover_every_status(log):
     configs = [Config((("tile", t), ("split", (2, t)))) for t in (4, 8, 16)]
     log.record_trial(trial(configs[0].to_json(), "ok", 0.2))
@@ -171,6 +183,10 @@ def test_trials_filters_and_order(log):
     assert ks(status="ok") == [4, 3, 1]
     assert ks(workload_key=WL, device_key="dev-a", target="cpu", status="compile_error") == [2]
     assert ks(device_key="nobody") == []
+    # by config: its trials on every workload, device and target, or on one of them
+    digest = Config((("k", 1),)).digest
+    assert ks(config_digest=digest) == [1] and ks(config_digest=digest, device_key="dev-b") == []
+    assert ks(config_digest="0" * 16) == []
     with pytest.raises(ValueError):
         log.trials(status="bogus")
     with pytest.raises(WorkloadError):

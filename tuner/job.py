@@ -8,6 +8,7 @@ never measured again.
 
 from __future__ import annotations
 
+import bisect
 import math
 import time
 from dataclasses import dataclass, field
@@ -218,7 +219,9 @@ class TuningJob:
                         unlogged.wait(wait_s)
                     yield False
                     continue
-                strategy.observe([self._observation(r) for r in records])
+                # the configs measured are the ones proposed: no need to read them back from the records
+                strategy.observe([Observation(item.config, record.mean_s)
+                                  for (item, _), record in zip(arrived, records)])
                 for item, result in arrived:
                     in_flight.discard(item.config.digest)
                     measured.add(item.config.digest)
@@ -226,10 +229,11 @@ class TuningJob:
                     status_counts[result.status.value] = status_counts.get(result.status.value, 0) + 1
                     if not result.status.is_ok:
                         errors += 1
-                    if result.mean_s is not None:
-                        fastest.add(result.mean_s, item.config)
-                    if result.mean_s is not None and result.mean_s < best:
-                        best = result.mean_s
+                    mean_s = result.mean_s  # a property that averages the costs: once
+                    if mean_s is not None:
+                        fastest.add(mean_s, item.config)
+                    if mean_s is not None and mean_s < best:
+                        best = mean_s
                         since_improvement = 0
                     else:
                         since_improvement += 1
@@ -252,10 +256,8 @@ class TuningJob:
                 unlogged.retrying(lambda: self.log.finish_job(job_id, final_status), attempts=5)
         # the answer `tuner best` gives: the fastest config the installed template accepts
         best = exact_best_config(self.log, self.workload, key[1], opts.target, catalog=self.catalog)
-        default_records = [
-            r for r in self.log.trials(workload_key=key[0], device_key=key[1], target=key[2])
-            if self._digest(r.config) == self.default_config.digest
-        ]
+        default_records = self.log.trials(workload_key=key[0], device_key=key[1], target=key[2],
+                                          config_digest=self.default_config.digest)
         return TuneSummary(
             job_id=job_id,
             workload=self.workload,
@@ -314,8 +316,9 @@ class _Fastest:
         self._entries: list[tuple[float, str, Config]] = []
 
     def add(self, mean_s: float, config: Config) -> None:
-        self._entries.append((mean_s, config.digest, config))
-        self._entries.sort(key=lambda entry: (entry[0], entry[1]))
+        if len(self._entries) >= self.keep * 4 and (mean_s, config.digest) >= self._entries[-1][:2]:
+            return  # slower than every one kept (most results are): nothing changes
+        bisect.insort(self._entries, (mean_s, config.digest, config), key=lambda entry: (entry[0], entry[1]))
         del self._entries[self.keep * 4:]  # a few more than kept: several may share one kernel
 
     def configs(self) -> list[Config]:

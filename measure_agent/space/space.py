@@ -14,6 +14,7 @@ import itertools
 import json
 import math
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
@@ -66,11 +67,18 @@ class Config:
 
     def json_text(self) -> str:
         """Canonical compact JSON text (sorted keys): the identity of a config in the log."""
-        return canonical_config_text(self.to_json())
+        return self._identity[0]
 
     @property
     def digest(self) -> str:
-        return config_digest(self.json_text())
+        return self._identity[1]
+
+    @cached_property
+    def _identity(self) -> tuple[str, str]:
+        # Computed once per config (a search, a job and the daemon ask for it several times per
+        # candidate); kept in the instance's __dict__, outside the fields that equality and hash use.
+        text = canonical_config_text(self.to_json())
+        return text, config_digest(text)
 
     def __str__(self) -> str:
         return self.json_text()

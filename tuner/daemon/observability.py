@@ -60,14 +60,27 @@ class DaemonMetrics:
         ProcessCollector(registry=self.registry)  # process_*: CPU, memory, open files (Linux)
         PlatformCollector(registry=self.registry)  # python_info
         GCCollector(registry=self.registry)  # python_gc_*
+        self._by_key: dict[str, tuple] = {}
 
     def observe_result(self, key: str, result: MeasureResult, lease_to_result_s: float) -> None:
         """Record one accepted result of device key ``key``."""
-        self.lease_to_result_seconds.labels(key).observe(max(0.0, lease_to_result_s))
+        lease_to_result, compile_seconds, kernel_run = self._histograms_of(key)
+        lease_to_result.observe(max(0.0, lease_to_result_s))
         if result.compile_time_s > 0:  # 0: failed before compiling, or a testing kernel
-            self.compile_seconds.labels(key).observe(result.compile_time_s)
-        if result.min_s is not None:
-            self.kernel_run_seconds.labels(key).observe(result.min_s)
+            compile_seconds.observe(result.compile_time_s)
+        min_s = result.min_s
+        if min_s is not None:
+            kernel_run.observe(min_s)
+
+    def _histograms_of(self, key: str) -> tuple:
+        """The key's labelled histograms, looked up once per key (``labels`` costs more than an
+        observation, and every accepted result observes them)."""
+        histograms = self._by_key.get(key)
+        if histograms is None:
+            histograms = (self.lease_to_result_seconds.labels(key), self.compile_seconds.labels(key),
+                          self.kernel_run_seconds.labels(key))
+            self._by_key[key] = histograms  # a race only builds the same children twice
+        return histograms
 
     def watch(self, daemon: "Daemon") -> None:
         """Export ``daemon``'s state (read at every scrape)."""

@@ -115,6 +115,8 @@ class Scheduler:
         self._queues: dict[str, dict[int, deque[Candidate]]] = {}
         self._leases: dict[str, Candidate] = {}
         self._served = itertools.count()
+        self._lease_prefix = uuid.uuid4().hex[:16]
+        self._lease_numbers = itertools.count(1)
         self._last_served: dict[int, int] = {}
         self._key_last_seen: dict[str, float] = {}
         # Per key, every kind of device registered under it since the daemon started (live or
@@ -439,19 +441,25 @@ class Scheduler:
             return []
         queues = self._queues.get(agent.key, {})
         taken: list[Candidate] = []
+        now = self._clock()
         while len(taken) < n:
-            ready = [(job_id, q) for job_id, q in queues.items()
-                     if q and (q[0].batch.requirement is None or q[0].batch.requirement(agent.device_info))]
-            if not ready:
+            # Highest priority first; among equals, the job served longest ago (the first of them).
+            queue, job_id, rank = None, 0, None
+            for j, q in queues.items():
+                if q and (q[0].batch.requirement is None or q[0].batch.requirement(agent.device_info)):
+                    r = (q[0].priority, -self._last_served.get(j, -1))
+                    if rank is None or r > rank:
+                        queue, job_id, rank = q, j, r
+            if queue is None:
                 break
-            # Highest priority first; among equals, the job served longest ago.
-            job_id, queue = max(ready, key=lambda jq: (jq[1][0].priority, -self._last_served.get(jq[0], -1)))
             candidate = queue.popleft()
             self._last_served[job_id] = next(self._served)
             self._started_jobs.add(job_id)
-            candidate.lease_id = uuid.uuid4().hex
+            # Unique within this daemon's life and unguessable across daemons: a random prefix
+            # per scheduler and a count (uuid4 per lease cost a system call each).
+            candidate.lease_id = f"{self._lease_prefix}{next(self._lease_numbers):x}"
             candidate.agent_id = agent.agent_id
-            candidate.leased_at = self._clock()
+            candidate.leased_at = now
             self._leases[candidate.lease_id] = candidate
             agent.leases.add(candidate.lease_id)
             taken.append(candidate)
@@ -461,7 +469,7 @@ class Scheduler:
             # The agent measures what it holds one after another: the last of these may wait for
             # all the others (an agent leases its next batch while one runs).
             ahead = sum(self._leases[lease_id].worst_case_s for lease_id in agent.leases)
-            deadline = self._clock() + LEASE_GRACE_S + ahead
+            deadline = now + LEASE_GRACE_S + ahead
             for candidate in taken:
                 candidate.deadline = deadline
                 heapq.heappush(self._deadlines, (deadline, candidate.lease_id))

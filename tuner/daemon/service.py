@@ -142,7 +142,7 @@ class AgentService(pb_grpc.AgentServiceServicer):
         rejected = []
         name = self.scheduler.agent_name(request.agent_id)
         for measurement in request.measurements:
-            result = replace(arriving_result(measurement), measured_by=name)
+            result = arriving_result(measurement, measured_by=name)
             if self.scheduler.report(request.agent_id, measurement.lease_id, result):
                 accepted += 1
             else:
@@ -301,10 +301,10 @@ MAX_COST_S = 1e6
 MAX_COMPILE_TIME_S = 1e6
 
 
-def arriving_result(measurement: pb.Measurement) -> MeasureResult:
-    """The result an agent reported, checked as it arrives: one the log could not hold (an unknown
-    status, an infinite or negative cost, malformed details) becomes a failed result saying why, so
-    the job records it and goes on instead of failing."""
+def arriving_result(measurement: pb.Measurement, measured_by: str = "") -> MeasureResult:
+    """The result an agent (named ``measured_by``) reported, checked as it arrives: one the log could
+    not hold (an unknown status, an infinite or negative cost, malformed details) becomes a failed
+    result saying why, so the job records it and goes on instead of failing."""
     try:
         result = result_from_proto(measurement)
         if any(not (0 <= c <= MAX_COST_S) for c in result.costs):
@@ -313,5 +313,5 @@ def arriving_result(measurement: pb.Measurement) -> MeasureResult:
             raise ValueError(f"compile time must be between 0 and {MAX_COMPILE_TIME_S:g} s")
     except (ValueError, TypeError, json.JSONDecodeError, RecursionError) as exc:
         return MeasureResult(MeasureStatus.RUNTIME_ERROR, message=f"the agent reported an invalid measurement: "
-                                                                  f"{str(exc)[:200]}")
-    return replace(result, message=storable_text(result.message, 4000))
+                                                                  f"{str(exc)[:200]}", measured_by=measured_by)
+    return replace(result, message=storable_text(result.message, 4000), measured_by=measured_by)

@@ -13,11 +13,13 @@ also the moment its stream ends), late results refused, quarantine.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import grpc
 
+from measure_agent.engine import TimingConfig
 from measure_agent.protocol import PROTOCOL_VERSION
 from measure_agent.protocol.convert import capabilities_to_json, timing_to_proto
 from measure_agent.protocol.errors import FleetError, InvalidRequest, NotFound, shown
@@ -154,7 +156,7 @@ class StreamAgentService(pb_grpc.AgentServiceServicer):
     def _accept(self, session: _Session, measurements) -> None:
         # one scheduler lock for the whole batch, not one per result
         refused = self.scheduler.report_many(session.agent_id, [
-            (m.lease_id, replace(arriving_result(m), measured_by=session.name)) for m in measurements])
+            (m.lease_id, arriving_result(m, measured_by=session.name)) for m in measurements])
         if refused:
             logger.info("rejected %d late or unknown results from agent %s", len(refused), session.agent_id[:8])
             session.send(pb.DaemonMessage(results_refused=pb.ResultsRefused(lease_ids=refused)))
@@ -205,4 +207,10 @@ class StreamAgentService(pb_grpc.AgentServiceServicer):
 def _candidate_to_proto(candidate: Candidate) -> pb1.Candidate:
     return pb1.Candidate(lease_id=candidate.lease_id, workload=candidate.item.workload.key,
                          config_json=candidate.item.config.json_text(), target=candidate.item.target,
-                         timing=timing_to_proto(candidate.batch.timing))
+                         timing=_timing_proto(candidate.batch.timing))
+
+
+@functools.lru_cache(maxsize=64)
+def _timing_proto(timing: TimingConfig) -> pb1.Timing:
+    """A job's timing as a message, built once (a candidate's message copies it, so it is never changed)."""
+    return timing_to_proto(timing)

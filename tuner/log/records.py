@@ -113,12 +113,18 @@ class TrialRecord:
         object.__setattr__(self, "workload_key", workload_key)
         _require_key("device_key", self.device_key)
         _require_key("target", self.target)
-        object.__setattr__(self, "config", _config_dict(self.config))
+        identity = (self.config.json_text(), self.config.digest) if isinstance(self.config, Config) else None
+        text = _config_text(self.config)
+        object.__setattr__(self, "config", json.loads(text))  # a copy: the caller's dict cannot change it
+        self.__dict__["config_text"] = text  # what the cached property computes, known now
+        if identity is not None and identity[0] == text:
+            self.__dict__["config_digest"] = identity[1]
         status = self.status.value if isinstance(self.status, MeasureStatus) else self.status
         if status not in TRIAL_STATUSES:
             raise RecordError(f"status {status!r} is not one of {', '.join(TRIAL_STATUSES)}")
         object.__setattr__(self, "status", status)
-        if isinstance(self.costs, (str, bytes)) or not isinstance(self.costs, Sequence):
+        if type(self.costs) is not tuple and (isinstance(self.costs, (str, bytes))
+                                              or not isinstance(self.costs, Sequence)):
             raise RecordError("costs must be a list of seconds")
         object.__setattr__(self, "costs", tuple(_seconds(f"costs[{i}]", c) for i, c in enumerate(self.costs)))
         if status == MeasureStatus.OK.value:
@@ -314,7 +320,9 @@ def _seconds(name: str, value: Any) -> float:
     return value
 
 
-def _config_dict(config: Any) -> dict:
+def _config_text(config: Any) -> str:
+    """The canonical text of a config (:func:`canonical_config_text`), which proves it can be
+    stored; the record's config is read back from it, so it is a copy in the log's key order."""
     if isinstance(config, Config):
         config = config.to_json()
     if not isinstance(config, Mapping):
@@ -322,9 +330,7 @@ def _config_dict(config: Any) -> dict:
     if not all(isinstance(k, str) for k in config):
         raise RecordError("config keys must be knob names (strings)")
     try:
-        # A round trip through JSON copies the config (so the record cannot be changed through the
-        # caller's dict) and proves it can be stored.
-        return json.loads(json.dumps(dict(config), allow_nan=False))
+        return json.dumps(dict(config), sort_keys=True, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise RecordError(f"config is not JSON-serialisable: {exc}") from None
 

@@ -364,7 +364,7 @@ class TuningLog:
             ids = _IdCache(self, conn)
             for key, info_text in infos.items():
                 ids.device(key, info_text, replace=replace_device_info)
-            inserted = sum(self._insert_trial(conn, ids, record) for record in records)
+            inserted = self._insert_trials(conn, ids, records)
         self._committed_ids.merge(ids)  # only now: a rolled-back transaction's new ids never existed
         return inserted
 
@@ -390,12 +390,14 @@ class TuningLog:
         job_id: int | None = None,
         limit: int | None = None,
         created_before: datetime | None = None,
+        config_digest: str | None = None,
     ) -> list[TrialRecord]:
         """Trials matching every given filter, ordered by ``created_at`` then insertion order.
 
         ``device_key`` is one key or a sequence of keys (any of them). With ``limit``, only the
         ``limit`` most recent matching trials are returned (still oldest first). With
-        ``created_before`` (aware), only trials recorded before that moment.
+        ``created_before`` (aware), only trials recorded before that moment. With ``config_digest``
+        (``Config.digest``), only the trials of that config (one per workload, device and target).
         """
         if status is not None and status not in TRIAL_STATUSES:
             raise ValueError(f"status {status!r} is not one of {', '.join(TRIAL_STATUSES)}")
@@ -409,6 +411,8 @@ class TuningLog:
             stmt = stmt.where(t.c.job_id == job_id)
         if created_before is not None:
             stmt = stmt.where(t.c.created_at < created_before)
+        if config_digest is not None:
+            stmt = stmt.where(t.c.config_digest == config_digest)
         if limit is None:
             return self._fetch_trials(stmt.order_by(t.c.created_at, t.c.id))
         newest = self._fetch_trials(stmt.order_by(t.c.created_at.desc(), t.c.id.desc()).limit(limit))
@@ -660,26 +664,58 @@ class TuningLog:
             return pg_insert(table)
         return None
 
-    def _insert_ignore(self, conn: Connection, table, values: dict[str, Any], conflict: list) -> bool:
-        """Insert unless a row with the same ``conflict`` columns exists; ``True`` if inserted."""
+    def _insert_ignore_statement(self, table, conflict: list):
+        """``INSERT ... ON CONFLICT (conflict) DO NOTHING`` (returning the new row's id where the
+        database can), or None for dialects without it."""
         key = (table.name, tuple(c.name for c in conflict))
         stmt = self._insert_ignore_statements.get(key)
         if stmt is None:
             stmt = self._dialect_insert(table)
             if stmt is None:
-                return _insert_ignore_savepoint(conn, table, values)
+                return None
             # Built once and given the values as parameters: building a statement around literal
             # values cost more CPU than the insert itself (about 1 ms per trial).
             stmt = stmt.on_conflict_do_nothing(index_elements=conflict)
             if self._engine.dialect.insert_returning:
                 stmt = stmt.returning(table.c.id)
             self._insert_ignore_statements[key] = stmt
+        return stmt
+
+    def _insert_ignore(self, conn: Connection, table, values: dict[str, Any], conflict: list) -> bool:
+        """Insert unless a row with the same ``conflict`` columns exists; ``True`` if inserted."""
+        stmt = self._insert_ignore_statement(table, conflict)
+        if stmt is None:
+            return _insert_ignore_savepoint(conn, table, values)
         if self._engine.dialect.insert_returning:
             # With RETURNING, drivers report no rowcount (psycopg gives -1): count returned rows.
             return conn.execute(stmt, values).first() is not None
         return conn.execute(stmt, values).rowcount == 1
 
+    def _insert_trials(self, conn: Connection, ids: "_IdCache", records: list[TrialRecord]) -> int:
+        """Insert ``records`` unless recorded already (by their unique key); how many were new.
+        One statement for the lot where the database returns the inserted rows (SQLite 3.35+,
+        PostgreSQL): a daemon records each arrival group of results so, and a statement per
+        trial cost more CPU than the rest of a result's way through the daemon."""
+        if not records:
+            return 0
+        if len(records) == 1 or not self._engine.dialect.insert_returning:
+            return sum(self._insert_trial(conn, ids, record) for record in records)
+        t = schema.trials
+        values = [self._trial_values(ids, record) for record in records]
+        stmt = self._insert_ignore_statement(t, [t.c.workload_id, t.c.device_id, t.c.target, t.c.config_digest])
+        if stmt is None:
+            return sum(_insert_ignore_savepoint(conn, t, v) for v in values)
+        # ON CONFLICT DO NOTHING returns only the rows it inserted, also when two of the rows
+        # collide with each other: the count is exact.
+        return len(conn.execute(stmt, values).all())
+
     def _insert_trial(self, conn: Connection, ids: "_IdCache", record: TrialRecord) -> bool:
+        t = schema.trials
+        conflict = [t.c.workload_id, t.c.device_id, t.c.target, t.c.config_digest]
+        return self._insert_ignore(conn, t, self._trial_values(ids, record), conflict)
+
+    def _trial_values(self, ids: "_IdCache", record: TrialRecord) -> dict[str, Any]:
+        """The trials row of ``record`` (ids of its workload, device and job found or created)."""
         workload_id = ids.workload(record.workload_key)
         device_id = ids.device(record.device_key)
         if record.job_id is not None:
@@ -689,8 +725,7 @@ class TuningLog:
                     f"trial of {record.workload_key} on {record.device_key}/{record.target} "
                     f"does not belong to job {record.job_id}"
                 )
-        t = schema.trials
-        values = {
+        return {
             "job_id": record.job_id,
             "workload_id": workload_id,
             "device_id": device_id,
@@ -706,8 +741,6 @@ class TuningLog:
             "template_version": record.template_version,
             "created_at": record.created_at,
         }
-        conflict = [t.c.workload_id, t.c.device_id, t.c.target, t.c.config_digest]
-        return self._insert_ignore(conn, t, values, conflict)
 
     def _trial_select(self, workload_key: str | None, device_key: DeviceKeys | None, target: str | None):
         t, w, d = schema.trials, schema.workloads, schema.devices
