@@ -113,9 +113,9 @@ def serve_light_agents(address: str, key: str, count: int, sleep_ms: int, protoc
                     await call.write(pb2.AgentMessage(heartbeat=pb2.Heartbeat()))
                     continue
                 await asyncio.sleep(sleep_ms / 1000.0)
-                await call.write(pb2.AgentMessage(results=pb2.Results(measurements=[result_to_proto(lease_id,
-                                                                                                    result)])))
-                await call.write(pb2.AgentMessage(credit=pb2.Credit(candidates=1)))
+                # new credit rides on the results, as a measure-agent sends it to a daemon that says so
+                await call.write(pb2.AgentMessage(results=pb2.Results(
+                    measurements=[result_to_proto(lease_id, result)], credit=1)))
             await reader
 
     async def v1_agent(i: int) -> None:

@@ -197,8 +197,11 @@ class Agent:
         measurements = self._run(batch)
         # Results and as much new credit; a stream that ended meanwhile drops them (the daemon
         # gave those leases to others when it ended).
-        stream.send(results=pb.Results(measurements=measurements))
-        stream.send(credit=pb.Credit(candidates=len(measurements)))
+        if stream.results_carry_credit:
+            stream.send(results=pb.Results(measurements=measurements, credit=len(measurements)))
+        else:  # a daemon of an earlier release reads credit only from its own message
+            stream.send(results=pb.Results(measurements=measurements))
+            stream.send(credit=pb.Credit(candidates=len(measurements)))
 
     def _take(self, stream: AgentStream, build: bool) -> "_LeasedBatch":
         """The next leased candidates (at most ``parallel``), built when ``build``."""

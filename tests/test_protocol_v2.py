@@ -255,3 +255,54 @@ def test_a_stream_needs_the_agent_token(tmp_path):
             assert daemon.auth.refused == 2
         finally:
             daemon.stop(grace_s=0.5)
+
+
+def test_results_carry_credit_to_a_daemon_that_says_so(daemon):
+    stream = RawStream(daemon.address)
+    try:
+        assert stream.hello(key="k", name="raw-1").results_carry_credit
+        batch = daemon.scheduler.submit("k", 1, 0, [ITEM] * 3, FAST)
+        stream.send(credit=pb2.Credit(candidates=1))
+        [first] = _lease_ids(stream, 1)
+        # no Credit message from here on: each result brings the next lease
+        stream.send(results=pb2.Results(measurements=[result_to_proto(first, OK)], credit=1))
+        [second] = _lease_ids(stream, 1)
+        stream.send(results=pb2.Results(measurements=[result_to_proto(second, OK)], credit=1))
+        [third] = _lease_ids(stream, 1)
+        stream.send(results=pb2.Results(measurements=[result_to_proto(third, OK)]))
+        wait_for(lambda: batch.remaining == 0, 10, "three results, one Credit message")
+    finally:
+        stream.close()
+
+
+@pytest.mark.parametrize("carry", [True, False], ids=["daemon-reads-credit-on-results", "earlier-daemon"])
+def test_an_agent_sends_credit_as_the_daemon_reads_it(tmp_path, kernel_cache_dir, monkeypatch, carry):
+    from tuner.daemon.stream_service import StreamAgentService
+
+    from fleet_helpers import start_agent, stop_all
+
+    monkeypatch.setattr(StreamAgentService, "results_carry_credit", carry)
+    credit_messages = []
+    handle = StreamAgentService._handle
+
+    def counting(self, session, message):
+        if message.WhichOneof("kind") == "credit":
+            credit_messages.append(message.credit.candidates)
+        handle(self, session, message)
+
+    monkeypatch.setattr(StreamAgentService, "_handle", counting)
+    with TuningLog(f"sqlite:///{tmp_path / 'credit.db'}") as log:
+        daemon = start_daemon(log)
+        agent = start_agent(daemon.address, "k", "credit-agent", kernel_cache_dir, parallel=1)
+        try:
+            wait_for(lambda: daemon.scheduler.agent_count("k") == 1, 60, "the agent joined")
+            batch = daemon.scheduler.submit("k", 1, 0, [ITEM] * 8, FAST)  # more than its first credit (2)
+            wait_for(lambda: batch.remaining == 0, 90, "eight results")
+            assert all(r.status is MeasureStatus.OK for r in batch.results)
+        finally:
+            stop_all([agent])
+            daemon.stop(grace_s=0.5)
+    if carry:
+        assert credit_messages == [2]  # the first credit; the rest rode on the results
+    else:
+        assert len(credit_messages) >= 4 and credit_messages[0] == 2

@@ -43,6 +43,7 @@ class AgentStream:
         self.agent_id = ""
         self.heartbeat_interval_s = 2.0
         self.agent_timeout_s = 10.0
+        self.results_carry_credit = False  # the welcome says whether results may carry new credit
         self._last_heard = time.monotonic()
 
     def open(self, hello: pb.Hello, timeout_s: float = 10.0) -> "AgentStream":
@@ -115,6 +116,7 @@ class AgentStream:
                     self.agent_id = message.welcome.agent_id
                     self.heartbeat_interval_s = message.welcome.heartbeat_interval_s or 2.0
                     self.agent_timeout_s = message.welcome.agent_timeout_s or 10.0
+                    self.results_carry_credit = message.welcome.results_carry_credit
                     welcomed.set()
                 elif kind == "results_refused":
                     logger.info("%d results were no longer wanted (leases expired)",

@@ -65,6 +65,10 @@ class _Waiting:
 
 
 class StreamAgentService(pb_grpc.AgentServiceServicer):
+    # told to agents in the welcome: they may send new credit on their results (one message a
+    # batch, not two); False only in tests standing in for a daemon of an earlier release
+    results_carry_credit = True
+
     def __init__(self, scheduler: Scheduler, catalog: TemplateCatalog,
                  hello_wait_s: float = MAX_HELLO_WAIT_S) -> None:
         self.scheduler = scheduler
@@ -108,7 +112,8 @@ class StreamAgentService(pb_grpc.AgentServiceServicer):
         session = _Session(agent.agent_id, agent.key, agent.name, asyncio.Queue())
         await context.write(pb.DaemonMessage(welcome=pb.Welcome(
             agent_id=agent.agent_id, heartbeat_interval_s=self.scheduler.heartbeat_interval_s,
-            agent_timeout_s=self.scheduler.agent_timeout_s, protocol_version=PROTOCOL_VERSION)))
+            agent_timeout_s=self.scheduler.agent_timeout_s, protocol_version=PROTOCOL_VERSION,
+            results_carry_credit=self.results_carry_credit)))
         reader = asyncio.ensure_future(self._read(session, context))
         try:
             while (message := await session.outbox.get()) is not None:
@@ -138,10 +143,11 @@ class StreamAgentService(pb_grpc.AgentServiceServicer):
     def _handle(self, session: _Session, message: pb.AgentMessage) -> None:
         kind = message.WhichOneof("kind")
         if kind == "credit":
-            session.credit = min(MAX_STREAM_CREDIT, session.credit + max(0, message.credit.candidates))
-            self._serve(session)
+            self._grant(session, message.credit.candidates)
         elif kind == "results":
             self._accept(session, message.results.measurements)
+            if message.results.credit:
+                self._grant(session, message.results.credit)
         elif kind == "heartbeat":
             if self.scheduler.heartbeat(session.agent_id):
                 session.send(pb.DaemonMessage(heartbeat_ack=pb.HeartbeatAck()))
@@ -152,6 +158,10 @@ class StreamAgentService(pb_grpc.AgentServiceServicer):
             session.end()
         else:
             session.end(InvalidRequest(f"unexpected {kind or 'empty'} message on an open stream"))
+
+    def _grant(self, session: _Session, candidates: int) -> None:
+        session.credit = min(MAX_STREAM_CREDIT, session.credit + max(0, candidates))
+        self._serve(session)
 
     def _accept(self, session: _Session, measurements) -> None:
         # one scheduler lock for the whole batch, not one per result

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from measure_agent.protocol.v1 import fleet_pb2 as measure__agent_dot_protocol_dot_v1_dot_fleet__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n%measure_agent/protocol/v2/agent.proto\x12\x19measure_agent.protocol.v2\x1a%measure_agent/protocol/v1/fleet.proto\"\x8d\x01\n\x05Hello\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12=\n\x0c\x63\x61pabilities\x18\x03 \x01(\x0b\x32\'.measure_agent.protocol.v1.Capabilities\x12\x18\n\x10protocol_version\x18\x04 \x01(\x05\x12\x10\n\x08parallel\x18\x05 \x01(\x05\"\x1c\n\x06\x43redit\x12\x12\n\ncandidates\x18\x01 \x01(\x05\"G\n\x07Results\x12<\n\x0cmeasurements\x18\x01 \x03(\x0b\x32&.measure_agent.protocol.v1.Measurement\"\x0b\n\tHeartbeat\"\t\n\x07Leaving\"\xa7\x02\n\x0c\x41gentMessage\x12\x31\n\x05hello\x18\x01 \x01(\x0b\x32 .measure_agent.protocol.v2.HelloH\x00\x12\x33\n\x06\x63redit\x18\x02 \x01(\x0b\x32!.measure_agent.protocol.v2.CreditH\x00\x12\x35\n\x07results\x18\x03 \x01(\x0b\x32\".measure_agent.protocol.v2.ResultsH\x00\x12\x39\n\theartbeat\x18\x04 \x01(\x0b\x32$.measure_agent.protocol.v2.HeartbeatH\x00\x12\x35\n\x07leaving\x18\x05 \x01(\x0b\x32\".measure_agent.protocol.v2.LeavingH\x00\x42\x06\n\x04kind\"l\n\x07Welcome\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\x1c\n\x14heartbeat_interval_s\x18\x02 \x01(\x01\x12\x17\n\x0f\x61gent_timeout_s\x18\x03 \x01(\x01\x12\x18\n\x10protocol_version\x18\x04 \x01(\x05\"B\n\x06Leases\x12\x38\n\ncandidates\x18\x01 \x03(\x0b\x32$.measure_agent.protocol.v1.Candidate\"#\n\x0eResultsRefused\x12\x11\n\tlease_ids\x18\x01 \x03(\t\"\x0e\n\x0cHeartbeatAck\"\x8b\x02\n\rDaemonMessage\x12\x35\n\x07welcome\x18\x01 \x01(\x0b\x32\".measure_agent.protocol.v2.WelcomeH\x00\x12\x33\n\x06leases\x18\x02 \x01(\x0b\x32!.measure_agent.protocol.v2.LeasesH\x00\x12\x44\n\x0fresults_refused\x18\x03 \x01(\x0b\x32).measure_agent.protocol.v2.ResultsRefusedH\x00\x12@\n\rheartbeat_ack\x18\x04 \x01(\x0b\x32\'.measure_agent.protocol.v2.HeartbeatAckH\x00\x42\x06\n\x04kind2p\n\x0c\x41gentService\x12`\n\x07\x43onnect\x12\'.measure_agent.protocol.v2.AgentMessage\x1a(.measure_agent.protocol.v2.DaemonMessage(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n%measure_agent/protocol/v2/agent.proto\x12\x19measure_agent.protocol.v2\x1a%measure_agent/protocol/v1/fleet.proto\"\x8d\x01\n\x05Hello\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12=\n\x0c\x63\x61pabilities\x18\x03 \x01(\x0b\x32\'.measure_agent.protocol.v1.Capabilities\x12\x18\n\x10protocol_version\x18\x04 \x01(\x05\x12\x10\n\x08parallel\x18\x05 \x01(\x05\"\x1c\n\x06\x43redit\x12\x12\n\ncandidates\x18\x01 \x01(\x05\"W\n\x07Results\x12<\n\x0cmeasurements\x18\x01 \x03(\x0b\x32&.measure_agent.protocol.v1.Measurement\x12\x0e\n\x06\x63redit\x18\x02 \x01(\x05\"\x0b\n\tHeartbeat\"\t\n\x07Leaving\"\xa7\x02\n\x0c\x41gentMessage\x12\x31\n\x05hello\x18\x01 \x01(\x0b\x32 .measure_agent.protocol.v2.HelloH\x00\x12\x33\n\x06\x63redit\x18\x02 \x01(\x0b\x32!.measure_agent.protocol.v2.CreditH\x00\x12\x35\n\x07results\x18\x03 \x01(\x0b\x32\".measure_agent.protocol.v2.ResultsH\x00\x12\x39\n\theartbeat\x18\x04 \x01(\x0b\x32$.measure_agent.protocol.v2.HeartbeatH\x00\x12\x35\n\x07leaving\x18\x05 \x01(\x0b\x32\".measure_agent.protocol.v2.LeavingH\x00\x42\x06\n\x04kind\"\x8a\x01\n\x07Welcome\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\x1c\n\x14heartbeat_interval_s\x18\x02 \x01(\x01\x12\x17\n\x0f\x61gent_timeout_s\x18\x03 \x01(\x01\x12\x18\n\x10protocol_version\x18\x04 \x01(\x05\x12\x1c\n\x14results_carry_credit\x18\x05 \x01(\x08\"B\n\x06Leases\x12\x38\n\ncandidates\x18\x01 \x03(\x0b\x32$.measure_agent.protocol.v1.Candidate\"#\n\x0eResultsRefused\x12\x11\n\tlease_ids\x18\x01 \x03(\t\"\x0e\n\x0cHeartbeatAck\"\x8b\x02\n\rDaemonMessage\x12\x35\n\x07welcome\x18\x01 \x01(\x0b\x32\".measure_agent.protocol.v2.WelcomeH\x00\x12\x33\n\x06leases\x18\x02 \x01(\x0b\x32!.measure_agent.protocol.v2.LeasesH\x00\x12\x44\n\x0fresults_refused\x18\x03 \x01(\x0b\x32).measure_agent.protocol.v2.ResultsRefusedH\x00\x12@\n\rheartbeat_ack\x18\x04 \x01(\x0b\x32\'.measure_agent.protocol.v2.HeartbeatAckH\x00\x42\x06\n\x04kind2p\n\x0c\x41gentService\x12`\n\x07\x43onnect\x12\'.measure_agent.protocol.v2.AgentMessage\x1a(.measure_agent.protocol.v2.DaemonMessage(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,23 +37,23 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_CREDIT']._serialized_start=251
   _globals['_CREDIT']._serialized_end=279
   _globals['_RESULTS']._serialized_start=281
-  _globals['_RESULTS']._serialized_end=352
-  _globals['_HEARTBEAT']._serialized_start=354
-  _globals['_HEARTBEAT']._serialized_end=365
-  _globals['_LEAVING']._serialized_start=367
-  _globals['_LEAVING']._serialized_end=376
-  _globals['_AGENTMESSAGE']._serialized_start=379
-  _globals['_AGENTMESSAGE']._serialized_end=674
-  _globals['_WELCOME']._serialized_start=676
-  _globals['_WELCOME']._serialized_end=784
-  _globals['_LEASES']._serialized_start=786
-  _globals['_LEASES']._serialized_end=852
-  _globals['_RESULTSREFUSED']._serialized_start=854
-  _globals['_RESULTSREFUSED']._serialized_end=889
-  _globals['_HEARTBEATACK']._serialized_start=891
-  _globals['_HEARTBEATACK']._serialized_end=905
-  _globals['_DAEMONMESSAGE']._serialized_start=908
-  _globals['_DAEMONMESSAGE']._serialized_end=1175
-  _globals['_AGENTSERVICE']._serialized_start=1177
-  _globals['_AGENTSERVICE']._serialized_end=1289
+  _globals['_RESULTS']._serialized_end=368
+  _globals['_HEARTBEAT']._serialized_start=370
+  _globals['_HEARTBEAT']._serialized_end=381
+  _globals['_LEAVING']._serialized_start=383
+  _globals['_LEAVING']._serialized_end=392
+  _globals['_AGENTMESSAGE']._serialized_start=395
+  _globals['_AGENTMESSAGE']._serialized_end=690
+  _globals['_WELCOME']._serialized_start=693
+  _globals['_WELCOME']._serialized_end=831
+  _globals['_LEASES']._serialized_start=833
+  _globals['_LEASES']._serialized_end=899
+  _globals['_RESULTSREFUSED']._serialized_start=901
+  _globals['_RESULTSREFUSED']._serialized_end=936
+  _globals['_HEARTBEATACK']._serialized_start=938
+  _globals['_HEARTBEATACK']._serialized_end=952
+  _globals['_DAEMONMESSAGE']._serialized_start=955
+  _globals['_DAEMONMESSAGE']._serialized_end=1222
+  _globals['_AGENTSERVICE']._serialized_start=1224
+  _globals['_AGENTSERVICE']._serialized_end=1336
 # @@protoc_insertion_point(module_scope)

@@ -27,10 +27,12 @@ class Credit(_message.Message):
     def __init__(self, candidates: _Optional[int] = ...) -> None: ...
 
 class Results(_message.Message):
-    __slots__ = ("measurements",)
+    __slots__ = ("measurements", "credit")
     MEASUREMENTS_FIELD_NUMBER: _ClassVar[int]
+    CREDIT_FIELD_NUMBER: _ClassVar[int]
     measurements: _containers.RepeatedCompositeFieldContainer[_fleet_pb2.Measurement]
-    def __init__(self, measurements: _Optional[_Iterable[_Union[_fleet_pb2.Measurement, _Mapping]]] = ...) -> None: ...
+    credit: int
+    def __init__(self, measurements: _Optional[_Iterable[_Union[_fleet_pb2.Measurement, _Mapping]]] = ..., credit: _Optional[int] = ...) -> None: ...
 
 class Heartbeat(_message.Message):
     __slots__ = ()
@@ -55,16 +57,18 @@ class AgentMessage(_message.Message):
     def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., credit: _Optional[_Union[Credit, _Mapping]] = ..., results: _Optional[_Union[Results, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., leaving: _Optional[_Union[Leaving, _Mapping]] = ...) -> None: ...
 
 class Welcome(_message.Message):
-    __slots__ = ("agent_id", "heartbeat_interval_s", "agent_timeout_s", "protocol_version")
+    __slots__ = ("agent_id", "heartbeat_interval_s", "agent_timeout_s", "protocol_version", "results_carry_credit")
     AGENT_ID_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_INTERVAL_S_FIELD_NUMBER: _ClassVar[int]
     AGENT_TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
     PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    RESULTS_CARRY_CREDIT_FIELD_NUMBER: _ClassVar[int]
     agent_id: str
     heartbeat_interval_s: float
     agent_timeout_s: float
     protocol_version: int
-    def __init__(self, agent_id: _Optional[str] = ..., heartbeat_interval_s: _Optional[float] = ..., agent_timeout_s: _Optional[float] = ..., protocol_version: _Optional[int] = ...) -> None: ...
+    results_carry_credit: bool
+    def __init__(self, agent_id: _Optional[str] = ..., heartbeat_interval_s: _Optional[float] = ..., agent_timeout_s: _Optional[float] = ..., protocol_version: _Optional[int] = ..., results_carry_credit: bool = ...) -> None: ...
 
 class Leases(_message.Message):
     __slots__ = ("candidates",)
