@@ -145,6 +145,10 @@ HAND_PICKED = [
     # dense: reduction-vectorised (two vectors of lanes, K blocked, unrolled) and column-vectorised
     ("dense(M=3,N=29,K=43)",
      dict(vector_axis="k", tile_m=(1, 2), tile_n=(2, 3), kc=16, k_lanes=16, unroll_k=2, parallel=True)),
+    # dense GEMV (batch 1): 6 rows of W per tile sharing the loads of x, two vectors of lanes, a
+    # partial last tile and a K remainder, parallel
+    ("dense(M=1,N=37,K=75)",
+     dict(vector_axis="k", tile_m=(1, 1), tile_n=(2, 6), kc=75, k_lanes=16, parallel=True)),
     ("dense(M=13,N=21,K=19,dtype=float64)",
      dict(vector_axis="n", tile_m=(2, 4), tile_n=(1, 8), kc=16, pack_a=True, loop_order="m_outer",
           unroll_k=4, parallel=False)),
@@ -355,7 +359,7 @@ def test_rendered_kernel_is_readable_and_names_workload_and_config(text):
 def test_catalog_has_every_cpu_template():
     catalog = default_catalog()
     versions = {"conv2d_nchw": "3", "conv2d_nhwc": "3", "depthwise_conv2d_nchw": "3",
-                "depthwise_conv2d_nhwc": "3", "dense": "2", "batch_matmul": "2"}
+                "depthwise_conv2d_nhwc": "3", "dense": "3", "batch_matmul": "2"}
     for op, version in versions.items():
         template = catalog.get(op, "cpu")
         assert template is not None and template.target == "cpu" and template.version == version

@@ -440,12 +440,17 @@ def _tile_vector_k(ops: _Operands, config: Config) -> list[str]:
     kv = config["k_lanes"]
     pairs = [(r, c) for r in range(mr) for c in range(nr)]
     partial = Tile(mr * nr, kv, "l")  # rows: the MR x NR (row, column) pairs; lanes: KV reduction lanes
+    # lanes outermost, then rows of A (one load each), then rows of B: SLP turned every (MR, NR, KV)
+    # tile written this way into MR x NR x KV/lanes vector FMAs (AVX-512, float32: 1x2 .. 1x12 x 16
+    # and 1x2 .. 1x8 x 32), but with the lanes innermost only some: 1x4 x 32 and 1x12 x 16 became
+    # 4-wide FMAs (a GEMV 2-4x slower)
     update = ["kk = kb + np.uint64(q * KV)",
-              "for r in range(MR):",
-              "    for c in range(NR):",
-              "        for l in range(KV):",
-              f"            {partial.at('(r * NR + c)', 'vacc')} += {ops.a('a_rows[r]', 'kk + np.uint64(l)')} * "
-              f"{ops.b('kk + np.uint64(l)', 'b_rows[c]')}"]
+              "for l in range(KV):",
+              "    kl = kk + np.uint64(l)",
+              "    for r in range(MR):",
+              f"        a = {ops.a('a_rows[r]', 'kl')}",
+              "        for c in range(NR):",
+              f"            {partial.at('(r * NR + c)', 'vacc')} += a * {ops.b('kl', 'b_rows[c]')}"]
     lines = [f"vacc = stack_array({partial.size}, out.dtype)  # MR x NR vectors of KV partial sums, in registers",
              "for l in range(KV):"] + [f"    {partial.at(i, 'vacc')} = 0" for i in range(len(pairs))]
     lines += ["k_vectors = kc // KV"] + unrolled_loop("q", "0", "k_vectors", config["unroll_k"], update)
