@@ -8,7 +8,7 @@ Contestants, per workload:
   re-running ``tuner tune`` does (the 64-trial log is copied aside first, so ``tunefleet@64`` is what
   64 trials gave): the tuning wall time printed for 200 is the sum of both runs. From the log's
   per-trial timestamps and times, the trial and the wall time at which the tuner's own measurement
-  first reached each peer's re-measured GFLOPS.
+  first reached each peer's re-measured GFLOPS (its best sample).
 - ``tvm@T``: Apache TVM MetaSchedule (``tune_tir``, ``max_trials_global=T``, 64 per iteration, the
   llvm target with this CPU's ``-mcpu``), tuned from scratch for every T in TVM's own venv
   (``--tvm-python``), then the best schedule compiled from its database and re-measured. Two
@@ -653,18 +653,20 @@ def run_workload(name, workload, trials, peers, missing, timing, rounds, mcpu, r
         if missing.get(peer):
             row["contestants"].setdefault(peer, {"missing": missing[peer]})
 
-    # when the tuner's own measurement first reached each peer's (median) GFLOPS
+    # when the tuner's own measurement first reached each peer's best GFLOPS (its best sample, not its
+    # median: on a loaded 2-core host the median of a 2-thread peer collapses whenever another process
+    # takes a core, torch's most of all; the best sample is what the peer does when left alone)
     for key, result in row["contestants"].items():
         if not key.startswith("tunefleet@") or "curve" not in result:
             continue
         curve = result.pop("curve")
         result["reach"] = {}
         for peer, peer_result in row["contestants"].items():
-            if peer.startswith("tunefleet") or "median_gflops" not in peer_result:
+            if peer.startswith("tunefleet") or "best_gflops" not in peer_result:
                 continue
             if peer.startswith("tvm@") and peer.split("@")[1] != key.split("@")[1]:
                 continue
-            hit = reached(curve, [tuple(r) for r in result["runs"]], peer_result["median_gflops"])
+            hit = reached(curve, [tuple(r) for r in result["runs"]], peer_result["best_gflops"])
             result["reach"][peer] = None if hit is None else {"trial": hit[0], "tune_s": hit[1]}
         result["runs"] = [(s.isoformat(), w) for s, w in result["runs"]]
     print_workload(row)
@@ -680,7 +682,8 @@ def _load() -> str:
 
 
 def print_workload(row: dict) -> None:
-    print(f"  {'contestant':<15} {'best':>7} {'median':>7} {'tune s':>7}  time to reach the peer (tuner's own measurements)")
+    print(f"  {'contestant':<15} {'best':>7} {'median':>7} {'tune s':>7}  trial and tuning time at which the tuner's "
+          "own measurement first reached the peer's best")
     for key, result in row["contestants"].items():
         if "missing" in result:
             print(f"  {key:<15} {result['missing']}")
