@@ -15,6 +15,7 @@ from measure_agent.templates.cpu._common import target_of, vector_target
 from measure_agent.workload import parse_workload
 
 from kernel_checks import check_kernel
+from script_modules import load_script
 
 EMULATED = Path(__file__).parent / "data" / "devices" / "qemu_user_aarch64_on_x86"
 PI4 = DeviceInfo("aarch64", "ARM Cortex-A72", 4, ("asimd",), board="Raspberry Pi 4 Model B Rev 1.4")
@@ -83,13 +84,7 @@ def test_aarch64_code_generation_gets_no_x86_settings():
 
 
 def load_pi_cost():
-    import importlib.util
-
-    path = Path(__file__).parent.parent / "deploy" / "arm" / "pi_cost.py"
-    spec = importlib.util.spec_from_file_location("pi_cost", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("deploy/arm/pi_cost.py")
 
 
 def exported_trial(device: DeviceInfo, name: str, status: str = "ok", compile_s: float = 30.0) -> str:

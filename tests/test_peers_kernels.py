@@ -4,22 +4,16 @@ the time-to-peer arithmetic over resumed tuning runs. Nothing here tunes or need
 from __future__ import annotations
 
 import importlib.util
-import sys
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from script_modules import load_script
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("peers_kernels", ROOT / "bench" / "peers_kernels.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["peers_kernels"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("bench/peers_kernels.py")
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -1,9 +1,7 @@
 """bench/peers_search.py on the small recorded space in tests/data: Kernel Tuner's strategies run in
 simulation mode in our harness, count evaluations as our replay does, and are reproducible."""
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -11,18 +9,14 @@ import pytest
 pytest.importorskip("kernel_tuner")
 
 from tuner.replay import load_cache  # noqa: E402
+from script_modules import load_script  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).parent / "data"
 SPACE = DATA / "pnpoly_trimmed.json.gz"
 
 
 def peers_module():
-    spec = importlib.util.spec_from_file_location("peers_search", ROOT / "bench" / "peers_search.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["peers_search"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("bench/peers_search.py")
 
 
 @pytest.mark.parametrize("strategy", ["random_sample", "genetic_algorithm", "simulated_annealing", "firefly_algorithm"])

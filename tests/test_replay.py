@@ -17,6 +17,7 @@ from tuner.replay import (
     random_baseline, rank_probabilities,
 )
 from tuner.replay.bench import replay_run
+from script_modules import load_script
 
 DATA = Path(__file__).parent / "data"
 
@@ -275,13 +276,7 @@ def test_cache_files_of_a_folder(tmp_path):
 
 
 def _space_anatomy():
-    import importlib.util
-
-    path = Path(__file__).parents[1] / "bench" / "space_anatomy.py"
-    spec = importlib.util.spec_from_file_location("space_anatomy", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("bench/space_anatomy.py")
 
 
 def test_space_anatomy_facts_of_a_space():
