@@ -265,6 +265,7 @@ def test_render_imports_only_numpy_numba_and_the_stack_helper():
         "import numpy as np",
         "from numba import njit",
         "from numba import njit, prange",
+        "from numba import get_num_threads, njit, prange, set_num_threads",  # serial kernels, outlined
         "from measure_agent.templates.cpu_stack import stack_array",
     }
 
@@ -272,7 +273,7 @@ def test_render_imports_only_numpy_numba_and_the_stack_helper():
 def test_catalog_has_the_template():
     template = default_catalog().get("matmul", "cpu")
     assert isinstance(template, MatmulCpuTemplate)
-    assert (template.op, template.target, template.version) == ("matmul", "cpu", "3")
+    assert (template.op, template.target, template.version) == ("matmul", "cpu", "4")
 
 
 # -- the stack helper ----------------------------------------------------------------------------

@@ -22,8 +22,13 @@ Remainders: packed panels and strips are zero-padded; unpacked A repeats its las
 strip; unpacked B shifts the last partial panel left so it stays inside B (hence ``N >= NR``);
 stores are masked to the tile's own rows and columns. Correctness never depends on SLP.
 
-A ``parallel=False`` kernel is one plain serial ``njit`` function (the entry point itself, so its
-compiled code can be inspected: ``bench/matmul_cpu.py --asm``).
+A ``parallel=False`` kernel is outlined like the other GEMM templates' (``kernel_head``): its loops
+are ``prange`` loops compiled with ``parallel=True`` and run on the calling thread only. As one plain
+serial ``njit`` function, LLVM left the packed-B micro-kernel scalar on AVX-512 (2-core Sapphire
+Rapids-class Xeon, numba 0.68, 512^3 float32: 256 scalar FMAs and no zmm ones in ``inspect_asm``,
+3.7 GFLOPS; outlined: 16 zmm FMAs per k step, 132 GFLOPS on one core), the same for unroll_k 2 and
+pack_a; only unpacked B vectorised there. Its compiled code is ``_matmul``'s (``bench/matmul_probe.py
+--asm``, ``bench/matmul_cpu.py --asm``).
 """
 
 from __future__ import annotations
@@ -89,10 +94,11 @@ class MatmulCpuTemplate(Template):
 
     op = "matmul"
     target = "cpu"
+    # 4: serial (parallel=False) kernels outlined like dense's and batch_matmul's (scalar otherwise on AVX-512);
     # 3: rendered by the shared GEMM generator (cpu/_gemm.py): cache blocks rounded down to whole
     #    register tiles, the same loop nest and micro-kernel otherwise;
     # 2: compiled with 512-bit vectors on AVX-512 hosts (codegen_environment)
-    version = "3"
+    version = "4"
 
     def space(self, workload: Workload, device: DeviceInfo | None = None) -> ConfigSpace:
         check_workload(self, workload)
@@ -153,8 +159,8 @@ class MatmulCpuTemplate(Template):
         _, _, mr = config["tile_m"]
         _, _, nr = config["tile_n"]
         title = f"matmul_cpu v{self.version}: out = A @ B, register tile {mr} x {nr}, vectorised over output columns"
-        # serial kernels stay plain njit functions (outline_serial=False): see the module docstring;
+        # serial kernels are outlined (outline_serial=True): see the module docstring;
         # row_loops and remainder_loop: measured, see render_gemm
         text = render_gemm(title=title, entry="matmul", shape=_shape(workload), workload=workload, config=config,
-                           nest="blocks_outer", outline_serial=False, row_loops=True, remainder_loop=True)
+                           nest="blocks_outer", outline_serial=True, row_loops=True, remainder_loop=True)
         return KernelSource(text=text, entry="matmul", runtime_args=gemm_runtime_args(config))
