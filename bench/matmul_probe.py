@@ -6,7 +6,7 @@ report the machine code of each kernel's hottest loop (``inspect_asm``).
 
 A config spec is ``default`` or ``key=value`` pairs over the default config: mr, nr, mc, nc (rows /
 columns: MC and NC in elements), kc, order (n_outer/m_outer), unroll, pack_a, pack_b (0/1),
-parallel (0/1). Specs outside the template's constraints are rendered anyway (marked ``!``).
+parallel (0/1), axis (the parallel axis, m/n). Specs outside the template's constraints are rendered anyway (marked ``!``).
 """
 
 from __future__ import annotations
@@ -55,6 +55,8 @@ def make_config(space, default, spec: str):
                 values["loop_order"] = v
             elif key == "unroll":
                 values["unroll_k"] = int(v)
+            elif key == "axis":
+                values["parallel_axis"] = v
             elif key in ("pack_a", "pack_b", "parallel"):
                 values[key] = bool(int(v))
             else:
@@ -125,7 +127,7 @@ def main() -> int:
         err = float(np.abs(out - ref).max())
         label = spec + ("" if valid else " !")
         mc, nc, kc = source.runtime_args
-        desc = f"MR={config['tile_m'][2]} NR={config['tile_n'][2]} MC={mc} NC={nc} KC={kc} {config['loop_order']} u{config['unroll_k']} pa={int(config['pack_a'])} pb={int(config['pack_b'])} par={int(config['parallel'])}"
+        desc = f"axis={config.get('parallel_axis')} MR={config['tile_m'][2]} NR={config['tile_n'][2]} MC={mc} NC={nc} KC={kc} {config['loop_order']} u{config['unroll_k']} pa={int(config['pack_a'])} pb={int(config['pack_b'])} par={int(config['parallel'])}"
         print(f"{label}: {desc}  compile {ct:.1f}s  max err {err:.1e}", flush=True)
         if args.asm:
             # a serial kernel outlined by kernel_tail is a Python wrapper around ``_<entry>``
