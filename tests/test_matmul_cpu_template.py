@@ -300,21 +300,3 @@ def test_stack_array_holds_values_and_needs_a_literal_length():
 
     with pytest.raises(TypingError, match="integer literal"):
         runtime_length(3)
-
-
-def test_avx512_space_reads_a_in_place_only_with_tiles_that_vectorise():
-    """On AVX-512 float32 tiles of 6 or 12 rows x 1-2 vectors, and 8 x 1, compiled to gathers with
-    A read in place (5-10 GFLOPS): the space keeps them with pack_a only."""
-    from measure_agent.device import DeviceInfo
-
-    wide = DeviceInfo("x86_64", "test", 2, ("avx2", "fma", "avx512f"))
-    workload = matmul_workload(512, 512, 512)
-    space = TEMPLATE.space(workload, wide)
-    seen = set()
-    for config in space.sample(np.random.default_rng(0), 2000):
-        tile = (config["tile_m"][-1], config["tile_n"][-1])
-        seen.add((tile, config["pack_a"]))
-        assert config["pack_a"] or tile not in {(6, 16), (6, 32), (8, 16), (12, 16), (12, 32)}, config
-    assert ((12, 32), True) in seen and ((8, 32), False) in seen
-    generic = TEMPLATE.space(workload)  # AVX2-like: 6 x 16 in place stays (the AVX2 default)
-    assert TEMPLATE.default_config(workload, generic)["tile_m"][-1] == 6

@@ -68,19 +68,6 @@ K_UNROLLS = UNROLLS  # copies of the micro-kernel's k-loop body per iteration
 # region of its own before them) or NC column blocks (each packing its own B panels).
 PARALLEL_AXES = ("m", "n")
 COLUMN_BLOCKS = 4  # the default's parallel column blocks, when N has room for them
-# Register tiles (MR, NR in vectors) that LLVM does not vectorise with A read in place on AVX-512
-# (2-core Sapphire Rapids-class Xeon, numba 0.68, float32): the SLP vectoriser turned their MR row
-# loads of A into vgatherqps/vscatterqps with the accumulators on the stack, no zmm FMA in the k loop,
-# 5-10 GFLOPS at 512^3 instead of 200-270. With pack_a the same tiles vectorise (12 x 32: 24 zmm FMAs,
-# 12 broadcasts, 2 loads per k step). Measured working in place: MR 1-5, 8 and 10 x 2 vectors, 3-5
-# and 10 x 1, 3-6 x 3-4.
-UNPACKED_A_SCALAR_TILES_AVX512 = frozenset({(6, 1), (6, 2), (8, 1), (12, 1), (12, 2)})
-
-
-def _scalar_in_place(vt, mr: int, nr: int, dtype: str) -> bool:
-    lanes = vt.lanes(dtype)
-    return (vt.isa == "avx512" and dtype == "float32" and nr % lanes == 0
-            and (mr, nr // lanes) in UNPACKED_A_SCALAR_TILES_AVX512)
 
 
 def _shape(workload: Workload) -> GemmShape:
@@ -141,12 +128,6 @@ class MatmulCpuTemplate(Template):
                 ("tile_m", "tile_n"),
                 lambda tm, tn: vt.accumulator_vectors(tm[-1], tn[-1], dtype) <= vt.max_accumulators,
                 f"MR x NR accumulators must fit in {vt.max_accumulators} vector registers",
-            ),
-            Constraint(
-                ("tile_m", "tile_n", "pack_a"),
-                lambda tm, tn, pack_a: pack_a or not _scalar_in_place(vt, tm[-1], tn[-1], dtype),
-                "on AVX-512 some register tiles only vectorise with A packed (float32 MR 6 or 12 x 1-2 "
-                "vectors, 8 x 1)",
             ),
             Constraint(
                 ("tile_n", "pack_b"),
