@@ -108,6 +108,11 @@ HAND_PICKED = [
                                    unroll_k=2, pack_a=True, pack_b=True, parallel=False)),
     ("float64", (13, 29, 7), dict(tile_m=(1, 6), tile_n=(4, 4), loop_order="n_outer", unroll_k=4,
                                   pack_a=False, pack_b=False, parallel=False)),
+    # Parallel over NC column blocks (each packing its own panels), K blocked, partial last block.
+    ("float32", (13, 37, 29), dict(tile_m=(2, 3), tile_n=(1, 8), kc=16, loop_order="n_outer", unroll_k=2,
+                                   pack_a=False, pack_b=True, parallel=True, parallel_axis="n")),
+    ("float64", (13, 37, 29), dict(tile_m=(1, 4), tile_n=(2, 8), kc=16, loop_order="m_outer", unroll_k=1,
+                                   pack_a=True, pack_b=False, parallel=False, parallel_axis="n")),
     # Tiles larger than every axis (float64: NR = 2, half a vector).
     ("float32", (1, 1, 1), dict(loop_order="n_outer", unroll_k=1, pack_a=False, pack_b=True,
                                 parallel=False)),
@@ -265,6 +270,7 @@ def test_render_imports_only_numpy_numba_and_the_stack_helper():
         "import numpy as np",
         "from numba import njit",
         "from numba import njit, prange",
+        "from numba import get_num_threads, njit, prange, set_num_threads",  # serial kernels, outlined
         "from measure_agent.templates.cpu_stack import stack_array",
     }
 
@@ -272,7 +278,7 @@ def test_render_imports_only_numpy_numba_and_the_stack_helper():
 def test_catalog_has_the_template():
     template = default_catalog().get("matmul", "cpu")
     assert isinstance(template, MatmulCpuTemplate)
-    assert (template.op, template.target, template.version) == ("matmul", "cpu", "3")
+    assert (template.op, template.target, template.version) == ("matmul", "cpu", "4")
 
 
 # -- the stack helper ----------------------------------------------------------------------------

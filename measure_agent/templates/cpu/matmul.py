@@ -22,8 +22,13 @@ Remainders: packed panels and strips are zero-padded; unpacked A repeats its las
 strip; unpacked B shifts the last partial panel left so it stays inside B (hence ``N >= NR``);
 stores are masked to the tile's own rows and columns. Correctness never depends on SLP.
 
-A ``parallel=False`` kernel is one plain serial ``njit`` function (the entry point itself, so its
-compiled code can be inspected: ``bench/matmul_cpu.py --asm``).
+A ``parallel=False`` kernel is outlined like the other GEMM templates' (``kernel_head``): its loops
+are ``prange`` loops compiled with ``parallel=True`` and run on the calling thread only. As one plain
+serial ``njit`` function, LLVM left the packed-B micro-kernel scalar on AVX-512 (2-core Sapphire
+Rapids-class Xeon, numba 0.68, 512^3 float32: 256 scalar FMAs and no zmm ones in ``inspect_asm``,
+3.7 GFLOPS; outlined: 16 zmm FMAs per k step, 132 GFLOPS on one core), the same for unroll_k 2 and
+pack_a; only unpacked B vectorised there. Its compiled code is ``_matmul``'s (``bench/matmul_probe.py
+--asm``, ``bench/matmul_cpu.py --asm``).
 """
 
 from __future__ import annotations
@@ -50,7 +55,7 @@ from measure_agent.templates.cpu._gemm import (
 )
 from measure_agent.workload import Workload
 
-__all__ = ["K_UNROLLS", "LOOP_ORDERS", "MatmulCpuTemplate"]
+__all__ = ["K_UNROLLS", "LOOP_ORDERS", "PARALLEL_AXES", "MatmulCpuTemplate"]
 
 # Default register tile, MR rows x NR columns given in vectors: 12 accumulator vectors, the fastest
 # measured at 512^3 and 1024^3 on a 2-core Zen 3 (AVX2: float32 6 x 16, float64 3 x 16; float64
@@ -59,6 +64,10 @@ __all__ = ["K_UNROLLS", "LOOP_ORDERS", "MatmulCpuTemplate"]
 DEFAULT_TILE_VECTORS = {"float32": (6, 2), "float64": (3, 4)}
 KC_MIN = 16
 K_UNROLLS = UNROLLS  # copies of the micro-kernel's k-loop body per iteration
+# What runs in parallel (render_gemm's blocks_outer nest): MC row blocks (B packed in a parallel
+# region of its own before them) or NC column blocks (each packing its own B panels).
+PARALLEL_AXES = ("m", "n")
+COLUMN_BLOCKS = 4  # the default's parallel column blocks, when N has room for them
 
 
 def _shape(workload: Workload) -> GemmShape:
@@ -80,7 +89,11 @@ class MatmulCpuTemplate(Template):
     - ``unroll_k``: copies of the micro-kernel's k-loop body per iteration.
     - ``pack_b``: copy B into contiguous zero-padded NR-wide panels per (NC, KC) block.
     - ``pack_a``: copy A into contiguous zero-padded MR-high strips per (MC, KC) block.
-    - ``parallel``: run MC row blocks (and B packing) on all cores with numba ``prange``.
+    - ``parallel``: run on all cores with numba ``prange``.
+    - ``parallel_axis``: what runs in parallel: ``m``, the MC row blocks of each (NC, KC) block, after
+      B's block is packed in a parallel region of its own; ``n``, the NC column blocks, each packing
+      its own B panels (one parallel region per call). A serial kernel runs the same loop nest on
+      the calling thread.
 
     Constraints: the MR x NR accumulators fit in 3/4 of the device's vector registers (12 of 16
     on AVX2); unpacked B needs ``N >= NR``. MR, NR, loop order, unroll, packing and parallel are
@@ -89,10 +102,11 @@ class MatmulCpuTemplate(Template):
 
     op = "matmul"
     target = "cpu"
+    # 4: serial (parallel=False) kernels outlined like dense's and batch_matmul's (scalar otherwise on AVX-512);
     # 3: rendered by the shared GEMM generator (cpu/_gemm.py): cache blocks rounded down to whole
     #    register tiles, the same loop nest and micro-kernel otherwise;
     # 2: compiled with 512-bit vectors on AVX-512 hosts (codegen_environment)
-    version = "3"
+    version = "4"
 
     def space(self, workload: Workload, device: DeviceInfo | None = None) -> ConfigSpace:
         check_workload(self, workload)
@@ -107,6 +121,7 @@ class MatmulCpuTemplate(Template):
             BoolKnob("pack_b"),
             BoolKnob("pack_a"),
             BoolKnob("parallel"),
+            ChoiceKnob("parallel_axis", PARALLEL_AXES),
         ]
         constraints = [
             Constraint(
@@ -124,27 +139,42 @@ class MatmulCpuTemplate(Template):
 
     def default_config(self, workload: Workload, space: ConfigSpace) -> Config:
         """The best measured register tile (``DEFAULT_TILE_VECTORS``, or the largest that fits
-        the axes); MC up to 16 tiles but at least four row blocks when M allows (they are the
-        parallel work items); NC as wide as possible; no K-blocking; B packed; parallel when the
-        problem is big enough to pay for it."""
+        the axes); MC up to 16 tiles but at least four row blocks when M allows; no K-blocking; B
+        packed; parallel when the problem is big enough to pay for it, over NC column blocks (at
+        least four when N allows, else NC as wide as possible and parallel over the row blocks).
+
+        Parallel over columns: on a 2-core AVX-512 Xeon (Sapphire Rapids class, float32) one
+        parallel region per call instead of two per (NC, KC) block ran 256^3 at 165-190 GFLOPS
+        instead of 147-150, 512^3 at 230-249 instead of 213-215, 1024^3 at 255-279 instead of 233-273
+        (numpy/OpenBLAS 226-236, 255-256, 285-291 in the same runs).
+
+        k unrolled 4x on AVX-512 (same machine, two runs each, parallel over columns): 256^3 165-175
+        GFLOPS instead of 159-165, 512^3 282-286 instead of 267-269, 1024^3 277-281 instead of
+        253-257 (numpy 218-227, 262-276, 295-298). Elsewhere 1 (measured best on AVX2)."""
         m, n, k, dtype = workload["M"], workload["N"], workload["K"], workload.dtype
         vt = target_of(space)
         mr, nr_vectors = DEFAULT_TILE_VECTORS[dtype]
         if dtype == "float32":
             mr = vt.default_rows  # AVX-512: 8 x 32 (6 x 32 spilled)
         nr = nr_vectors * vt.lanes(dtype)
+        parallel = m * n * k >= 64**3
         tile_m = pick_split(space.knob("tile_m"), inner_at_most=mr, block_at_most=max(1, min(16 * mr, m // 4)))
         tile_n = pick_split(space.knob("tile_n"), inner_at_most=nr, block_at_most=n)
+        axis = "m"
+        if parallel and n >= COLUMN_BLOCKS * tile_n[-1]:
+            axis = "n"
+            tile_n = pick_split(space.knob("tile_n"), inner_at_most=nr, block_at_most=n // COLUMN_BLOCKS)
         return space.make(
             {
                 "tile_m": tile_m,
                 "tile_n": tile_n,
                 "kc": k,
                 "loop_order": "n_outer",
-                "unroll_k": 1,
+                "unroll_k": 4 if vt.isa == "avx512" else 1,
                 "pack_b": True,
                 "pack_a": False,
-                "parallel": m * n * k >= 64**3,
+                "parallel": parallel,
+                "parallel_axis": axis,
             }
         )
 
@@ -153,8 +183,8 @@ class MatmulCpuTemplate(Template):
         _, _, mr = config["tile_m"]
         _, _, nr = config["tile_n"]
         title = f"matmul_cpu v{self.version}: out = A @ B, register tile {mr} x {nr}, vectorised over output columns"
-        # serial kernels stay plain njit functions (outline_serial=False): see the module docstring;
+        # serial kernels are outlined (outline_serial=True): see the module docstring;
         # row_loops and remainder_loop: measured, see render_gemm
         text = render_gemm(title=title, entry="matmul", shape=_shape(workload), workload=workload, config=config,
-                           nest="blocks_outer", outline_serial=False, row_loops=True, remainder_loop=True)
+                           nest="blocks_outer", outline_serial=True, row_loops=True, remainder_loop=True)
         return KernelSource(text=text, entry="matmul", runtime_args=gemm_runtime_args(config))
