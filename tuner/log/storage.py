@@ -698,21 +698,18 @@ class TuningLog:
         trial cost more CPU than the rest of a result's way through the daemon."""
         if not records:
             return 0
-        if len(records) == 1 or not self._engine.dialect.insert_returning:
-            return sum(self._insert_trial(conn, ids, record) for record in records)
         t = schema.trials
+        stmt = self._insert_ignore_statement(t, _trial_key(t))
+        if len(records) == 1 or stmt is None or not self._engine.dialect.insert_returning:
+            return sum(self._insert_trial(conn, ids, record) for record in records)
         values = [self._trial_values(ids, record) for record in records]
-        stmt = self._insert_ignore_statement(t, [t.c.workload_id, t.c.device_id, t.c.target, t.c.config_digest])
-        if stmt is None:
-            return sum(_insert_ignore_savepoint(conn, t, v) for v in values)
         # ON CONFLICT DO NOTHING returns only the rows it inserted, also when two of the rows
         # collide with each other: the count is exact.
         return len(conn.execute(stmt, values).all())
 
     def _insert_trial(self, conn: Connection, ids: "_IdCache", record: TrialRecord) -> bool:
         t = schema.trials
-        conflict = [t.c.workload_id, t.c.device_id, t.c.target, t.c.config_digest]
-        return self._insert_ignore(conn, t, self._trial_values(ids, record), conflict)
+        return self._insert_ignore(conn, t, self._trial_values(ids, record), _trial_key(t))
 
     def _trial_values(self, ids: "_IdCache", record: TrialRecord) -> dict[str, Any]:
         """The trials row of ``record`` (ids of its workload, device and job found or created)."""
@@ -877,6 +874,11 @@ def _key_filter(column, keys: DeviceKeys):
     if isinstance(keys, str):
         return column == keys
     return column.in_(list(keys))
+
+
+def _trial_key(t) -> list:
+    """The trials table's unique key (schema: one trial per config, workload, device and target)."""
+    return [t.c.workload_id, t.c.device_id, t.c.target, t.c.config_digest]
 
 
 def _insert_ignore_savepoint(conn: Connection, table, values: dict[str, Any]) -> bool:
