@@ -3,11 +3,12 @@
 import pytest
 
 from measure_agent.engine import MeasureResult, MeasureStatus, TimingConfig
+from measure_agent.templates import default_catalog
 from measure_agent.templates import testing_catalog as fault_catalog
 from measure_agent.workload import parse_workload
 from tuner.job import TuneOptions, TuningJob
 from tuner.log import TuningLog
-from tuner.measure import LocalMeasurer, SyncMeasurer
+from tuner.measure import LocalMeasurer, Measurer, SyncMeasurer
 
 WORKLOAD = parse_workload("matmul(M=8,N=8,K=8)")
 
@@ -97,3 +98,48 @@ def test_a_resumed_job_with_the_same_seed_reaches_its_budget(log, strategy):
     assert resumed.measured_now == 120 and resumed.total_in_log == 240
     digests = [repr(sorted(t.config.items())) for t in log.trials(workload_key=WORKLOAD.key)]
     assert len(digests) == len(set(digests)) == 240
+
+
+class OneResultAtATime(Measurer):
+    """Returns one result per ``collect``, like an agent measuring one candidate after another;
+    notes every ``submit`` made while earlier candidates were still being measured."""
+
+    device_key = "one-at-a-time"
+    device_info = {"arch": "none"}
+    agent_name = "one-at-a-time"
+    template_version = "any"
+    parallelism = 2
+
+    def __init__(self, shares_cpu_with_tuner: bool) -> None:
+        self.shares_cpu_with_tuner = shares_cpu_with_tuner
+        self.pending = []
+        self.submits_while_measuring = 0
+        self.submits = 0
+
+    def submit(self, items):
+        self.submits += 1
+        self.submits_while_measuring += bool(self.pending)
+        self.pending += items
+
+    def collect(self, timeout_s):
+        if not self.pending:
+            return []
+        item = self.pending.pop(0)
+        return [(item, MeasureResult(MeasureStatus.OK, costs=(1.0 + int(item.config.digest[:6], 16) % 97,)))]
+
+
+@pytest.mark.parametrize("shares_cpu, catalog, target, overlaps", [
+    (True, default_catalog, "cpu", False),  # timed on the CPU the tuner runs on: propose between batches
+    (False, default_catalog, "cpu", True),  # a fleet elsewhere: the next batch is proposed while measuring
+    (True, fault_catalog, "sleep", True),  # timed by sleeping: nothing to disturb
+])
+def test_the_tuner_proposes_only_between_batches_when_it_shares_the_cpu_kernels_are_timed_on(
+        log, shares_cpu, catalog, target, overlaps):
+    measurer = OneResultAtATime(shares_cpu)
+    workload = parse_workload("matmul(M=64,N=64,K=64)")
+    summary = TuningJob(workload, measurer, log, catalog(),
+                        TuneOptions(trials=24, strategy="xgb", seed=1, target=target)).run()
+    assert summary.measured_now == 24
+    assert (measurer.submits_while_measuring > 0) is overlaps
+    if not overlaps:  # batches of about three times the parallelism, not one candidate at a time
+        assert measurer.submits <= 24 // 4

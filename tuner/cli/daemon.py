@@ -51,6 +51,9 @@ def register(subparsers) -> None:
     from tuner.cli.dashboard import add_model_argument
 
     add_model_argument(p, "--dashboard-model")
+    p.add_argument("--agents-on-this-host", action="store_true",
+                   help="the agents run on this daemon's host: jobs of CPU kernels propose their next batch only "
+                        "between batches, so that the tuner's work never shares the CPU with a kernel being timed")
     p.add_argument("--log-format", choices=("text", "json"), default="text", help="log lines as text or JSON objects")
     p.add_argument("--templates", default="default", choices=("default", "testing"), help=argparse.SUPPRESS)
     add_db_arguments(p, device=False)
@@ -115,7 +118,8 @@ def run(args: argparse.Namespace) -> int:
             daemon = Daemon(log, args.listen, catalog=load_catalog(args.templates),
                             heartbeat_interval_s=args.heartbeat_interval, agent_timeout_s=args.agent_timeout,
                             security=security, leadership=single is None, advertise=args.advertise,
-                            lease_ttl_s=args.lease_ttl, on_deposed=on_deposed)
+                            lease_ttl_s=args.lease_ttl, on_deposed=on_deposed,
+                            agents_share_host=args.agents_on_this_host)
         except (OSError, RuntimeError, ValueError) as exc:
             raise CliError(f"cannot start the daemon on {args.listen}: {exc}", EXIT_FAILURE) from None
         daemon.start()

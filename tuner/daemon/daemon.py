@@ -93,18 +93,20 @@ class Daemon:
     log's running jobs and take agent and client calls. ``on_deposed`` hears when it lost the lease
     to another daemon; its owner should stop it (``tuner daemon`` exits with
     :data:`EXIT_DEPOSED`). ``advertise`` is the address other daemons send clients to when this one leads.
+    ``agents_share_host``: the agents run on this host (the embedded local agent of ``tuner tune``):
+    jobs of kernels timed on the CPU then propose only between batches (``Measurer.shares_cpu_with_tuner``).
     """
 
     def __init__(self, log: TuningLog, listen: str = "127.0.0.1:0", catalog: TemplateCatalog | None = None,
                  heartbeat_interval_s: float = 2.0, agent_timeout_s: float = 10.0,
                  security: Security = Security(), *, leadership: bool = False, advertise: str | None = None,
                  lease_ttl_s: float = DEFAULT_TTL_S, on_deposed: Callable[[], None] | None = None,
-                 serve_v1_agents: bool = False) -> None:
+                 serve_v1_agents: bool = False, agents_share_host: bool = False) -> None:
         self.log = log
         self.catalog = catalog or default_catalog()
         self.metrics = DaemonMetrics()  # this daemon's own registry; served by MetricsServer
         self.scheduler = Scheduler(heartbeat_interval_s, agent_timeout_s, on_result=self.metrics.observe_result)
-        self.jobs = JobManager(self.scheduler, log, self.catalog)
+        self.jobs = JobManager(self.scheduler, log, self.catalog, agents_share_host=agents_share_host)
         self.gate = StandbyGate(leading=not leadership)
         self.fleet_state = DaemonFleetState(self.scheduler, self.jobs, self.gate)  # the dashboard's live view
         self.streams = StreamAgentService(self.scheduler, self.catalog)  # protocol v2's agents

@@ -16,8 +16,9 @@ class FleetMeasurer(Measurer):
     def __init__(self, scheduler: Scheduler, device_key: str, job_id: int, priority: int, timing: TimingConfig,
                  template_version: str, cancel: threading.Event, wait_timeout_s: float = 0.0,
                  interrupt: threading.Event | None = None,
-                 requirement: Callable[[dict], bool] | None = None) -> None:
+                 requirement: Callable[[dict], bool] | None = None, shares_cpu_with_tuner: bool = False) -> None:
         self.scheduler = scheduler
+        self.shares_cpu_with_tuner = shares_cpu_with_tuner  # agents on the daemon's host: see Measurer
         self.device_key = device_key
         self.job_id = job_id
         self.priority = priority

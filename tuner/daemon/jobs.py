@@ -55,10 +55,14 @@ def _spec_of(record: JobRecord) -> JobSpec:
 class JobManager:
     """Owns the running jobs. Results go to ``log`` as they arrive; the log is the source of truth."""
 
-    def __init__(self, scheduler: Scheduler, log: TuningLog, catalog: TemplateCatalog) -> None:
+    def __init__(self, scheduler: Scheduler, log: TuningLog, catalog: TemplateCatalog,
+                 agents_share_host: bool = False) -> None:
         self.scheduler = scheduler
         self.log = log
         self.catalog = catalog
+        # the agents run on this host (the embedded local agent): jobs whose kernels are timed on the
+        # CPU propose only between batches (Measurer.shares_cpu_with_tuner)
+        self.agents_share_host = agents_share_host
         self._jobs: dict[int, _Job] = {}
         self._finished: deque[int] = deque()  # ids of finished jobs still in memory, oldest first
         self._validation = ThreadPoolExecutor(max_workers=VALIDATION_THREADS, thread_name_prefix="tunefleet-validate")
@@ -350,7 +354,8 @@ class JobManager:
         target = spec.target_spec
         measurer = FleetMeasurer(self.scheduler, spec.device_key, job_id, spec.priority, spec.timing,
                                  self.catalog.version, job.cancel, spec.wait_timeout_s, interrupt=job.interrupt,
-                                 requirement=target.matches if target.has_requirements else None)
+                                 requirement=target.matches if target.has_requirements else None,
+                                 shares_cpu_with_tuner=self.agents_share_host)
         flops = job.status.flops
 
         def on_progress(progress: Progress) -> None:

@@ -32,7 +32,13 @@ class Measurer(ABC):
       result; it returns at once (possibly empty) when nothing is in flight;
     - ``parallelism`` is how many candidates the devices measure at once (the agents' build
       workers): the tuning loop keeps about three times that many submitted, so that every agent
-      can lease its next batch while it measures one.
+      can lease its next batch while it measures one;
+    - ``shares_cpu_with_tuner`` says that the devices time kernels on the CPU this process runs on
+      (the embedded local agent, or agents a daemon was told share its host): for kernels timed on
+      the host CPU the loop then proposes a new batch only once everything submitted has come back,
+      so that the tuner's own work (model fits, proposals) never runs while a kernel is being
+      timed, as in AutoTVM's and Kernel Tuner's sequential loops. Otherwise proposing overlaps
+      measuring, which a fleet needs.
     """
 
     device_key: str
@@ -40,6 +46,7 @@ class Measurer(ABC):
     agent_name: str
     template_version: str
     parallelism: int = 1
+    shares_cpu_with_tuner: bool = False
 
     @abstractmethod
     def submit(self, items: Sequence[MeasureInput]) -> None:
