@@ -1,9 +1,9 @@
 """Applied = measured (issue 26 point 3): does ``tuner.best_kernel`` in a fresh process run the tuned
 kernel as fast as the tuner recorded it?
 
-For every CPU operator, a few trials are tuned through the real path (``TuningJob``, ``xgb``, a
-``LocalMeasurer``: the agent's engine with its build and run workers) into a temporary SQLite log.
-Then, interleaved round after round so that both sides see the same host load:
+For every CPU operator, a few trials are tuned through the real path of ``tuner tune`` (the embedded
+daemon and its local agent, ``xgb``, ``--parallel`` build workers) into a temporary SQLite log. Then,
+interleaved round after round so that both sides see the same host load:
 
 - **engine**: the run worker measures the recorded best config again (what the tuner would record now);
 - **applied**: a fresh Python process calls ``tuner.best_kernel(workload, device_key, db=log)`` and times
@@ -14,6 +14,10 @@ Then, interleaved round after round so that both sides see the same host load:
 - **spinning** (``--spinning``): the same application with ``OMP_WAIT_POLICY=active`` exported, i.e. what
   an application ran with before the engine's runtime settings were applied by ``best_kernel``: libgomp
   spinning while the workers' threads slept.
+
+``--proposals-overlap-runs`` tunes as ``tuner tune`` did before the local path proposed only between
+batches: the tuner's model fits and proposals then share the CPU with the kernels being timed, and
+what is recorded (``applied/recorded``) is slower than what is applied.
 
 Printed per operator: the tuner's recorded mean, the medians over the rounds (the sides take turns
 going first), and the ratios applied / engine (of the medians and of the bests of the same rounds)
@@ -49,7 +53,9 @@ from measure_agent.device import detect_device  # noqa: E402
 from measure_agent.engine import MeasureInput, TimingConfig  # noqa: E402
 from measure_agent.templates import default_catalog  # noqa: E402
 from measure_agent.workload import parse_workload  # noqa: E402
-from tuner.job import TuneOptions, TuningJob  # noqa: E402
+from tuner.daemon import FleetClient  # noqa: E402
+from tuner.daemon.embedded import local_fleet  # noqa: E402
+from tuner.fleet import JobSpec  # noqa: E402
 from tuner.log import TuningLog  # noqa: E402
 from tuner.measure import LocalMeasurer  # noqa: E402
 
@@ -95,6 +101,8 @@ def main() -> int:
     parser.add_argument("--spinning", action="store_true",
                         help="also time the application with OMP_WAIT_POLICY=active (the old behaviour)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--proposals-overlap-runs", action="store_true",
+                        help="tune as before proposals waited for the batch: model fits during timings")
     args = parser.parse_args()
     if args.trials < 1 or args.rounds < 1:
         parser.error("--trials and --rounds must be >= 1")
@@ -107,18 +115,33 @@ def main() -> int:
     print(f"load average at start: {_load()}; timing: number={timing.number} repeat={timing.repeat} "
           f"min_repeat_ms={timing.min_repeat_ms:g} warmup={timing.warmup}", flush=True)
     rows = []
+    ops = args.ops or list(OPERATORS)
     with tempfile.TemporaryDirectory(prefix="applied-") as tmp:
         cache_dir = Path(tmp) / "kernels"
         db = Path(tmp) / "log.db"
-        with LocalMeasurer(timing, build_workers=args.workers, cache_dir=cache_dir) as measurer, \
-                TuningLog(f"sqlite:///{db}") as log:
+        device_key = device.default_key
+        tune_s = {}
+        with TuningLog(f"sqlite:///{db}") as log:
+            # tuned as `tuner tune` tunes: the embedded daemon and its local agent
+            with local_fleet(log, device_key, parallel=args.workers, cache_dir=cache_dir, device=device,
+                             quiet_runs=not args.proposals_overlap_runs) as daemon, \
+                    FleetClient(daemon.address) as client:
+                for op in ops:
+                    start = time.monotonic()
+                    job = client.submit(JobSpec(OPERATORS[op], device_key, strategy="xgb", trials=args.trials,
+                                                seed=args.seed, timing=timing))
+                    final = None
+                    for final in client.watch(job.job_id):
+                        pass
+                    if final is None or final.state != "done":
+                        raise SystemExit(f"tuning {op} did not finish: {final}")
+                    tune_s[op] = time.monotonic() - start
+            best_of = {op: log.best(parse_workload(OPERATORS[op]).key, device_key, "cpu", top=1)[0] for op in ops}
+        with LocalMeasurer(timing, build_workers=1, device_key=device_key, cache_dir=cache_dir) as measurer:
             print(f"engine runtime: {measurer.runtime.environment()}", flush=True)
-            for op in args.ops or list(OPERATORS):
+            for op in ops:
                 workload = parse_workload(OPERATORS[op])
-                start = time.monotonic()
-                TuningJob(workload, measurer, log, catalog,
-                          TuneOptions(trials=args.trials, strategy="xgb", seed=args.seed)).run()
-                [best] = log.best(workload.key, measurer.device_key, "cpu", top=1)
+                best = best_of[op]
                 space = catalog.space(workload, "cpu", device)
                 item = MeasureInput(workload, space.from_json(best.config))
                 times: dict[str, list[float]] = {"engine": [], "applied": [], "spinning": []}
@@ -135,12 +158,10 @@ def main() -> int:
                             runtimes["engine"] = again.details.get("runtime")
                         else:
                             extra = {"OMP_WAIT_POLICY": "active"} if side == "spinning" else {}
-                            applied = _application(workload.key, measurer.device_key, db, cache_dir, timing_json,
-                                                   extra)
+                            applied = _application(workload.key, device_key, db, cache_dir, timing_json, extra)
                             times[side].append(applied["mean_s"])
                             runtimes[side] = applied["runtime"]
-                row = {"op": op, "workload": workload.key, "recorded": best.mean_s,
-                       "tune_s": time.monotonic() - start,
+                row = {"op": op, "workload": workload.key, "recorded": best.mean_s, "tune_s": tune_s[op],
                        **{k: statistics.median(v) for k, v in times.items() if v},
                        **{f"{k}_best": min(v) for k, v in times.items() if v},
                        "same_runtime": runtimes.get("engine") == runtimes.get("applied")}
