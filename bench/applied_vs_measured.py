@@ -9,7 +9,8 @@ interleaved round after round so that both sides see the same host load:
 - **applied**: a fresh Python process calls ``tuner.best_kernel(workload, device_key, db=log)`` and times
   the returned kernel exactly as the run worker times (``timed_costs``: ``warmup`` calls, then
   ``repeat`` repeats of ``number`` back-to-back calls, ``number`` grown until a repeat lasts
-  ``min_repeat_ms``; the mean of the repeats), on the same inputs (``make_problem``), through the
+  ``min_repeat_ms``, a repeat whose threads waited for a CPU timed again; the mean of the repeats),
+  on the same inputs (``make_problem``), through the
   application's own call ``kernel(*inputs, out=out)``;
 - **spinning** (``--spinning``): the same application with ``OMP_WAIT_POLICY=active`` exported, i.e. what
   an application ran with before the engine's runtime settings were applied by ``best_kernel``: libgomp
@@ -76,6 +77,7 @@ import json, sys
 import numpy as np
 import tuner
 from measure_agent.engine.checking import make_problem
+from measure_agent.engine.cpu_wait import cpu_wait_clock
 from measure_agent.engine.worker import time_calls_of, timed_costs
 from measure_agent.engine import TimingConfig
 
@@ -86,7 +88,8 @@ problem = make_problem(kernel.workload)
 out = np.empty(kernel.workload.spec.output_shape(kernel.workload.params), dtype=kernel.workload.dtype)
 for _ in range(max(1, timing.warmup)):
     kernel(*problem.inputs, out=out)
-costs, number = timed_costs(lambda n: time_calls_of(lambda: kernel(*problem.inputs, out=out), n), timing)
+costs, number = timed_costs(lambda n: time_calls_of(lambda: kernel(*problem.inputs, out=out), n), timing,
+                            cpu_wait_clock())
 print(json.dumps({"mean_s": sum(costs) / len(costs), "number": number, "kind": kernel.kind,
                   "config": kernel.config, "runtime": kernel.runtime_report.to_json()}))
 """

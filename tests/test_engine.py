@@ -1,5 +1,10 @@
 """The measurement engine under fault injection (testing templates: no real kernels needed)."""
 
+import os
+import subprocess
+import sys
+import time
+
 import pytest
 
 from measure_agent.engine import MeasureEngine, MeasureInput, MeasureStatus, TimingConfig
@@ -56,6 +61,8 @@ def test_timing_follows_number_repeat_and_min_repeat_ms(engine):
     # grown from number=1 until a repeat lasted min_repeat_ms (5 ms); how far depends on the host's
     # load (a 1 ms sleep takes longer on a busy one), so the exact growth is checked with a fake clock
     assert result.details["number"] > 1
+    if sys.platform.startswith("linux"):  # how clean the timing was, and how often a repeat was redone
+        assert 0 <= result.details["cpu_wait_share"] and 0 <= result.details["repeats_redone"] <= 2 * 2
 
 
 def test_calls_per_repeat_grow_until_a_repeat_lasts_min_repeat_ms():
@@ -75,6 +82,82 @@ def test_calls_per_repeat_grow_until_a_repeat_lasts_min_repeat_ms():
 
     costs, number = timed_costs(time_calls, TimingConfig(number=7, repeat=2, min_repeat_ms=0))
     assert number == 7 and costs == [0.001, 0.001]
+
+
+class ScriptedHost:
+    """A kernel of 1 ms per call on a host whose other work takes the CPU from its threads for
+    ``waits[i]`` of the i-th timed attempt's wall time (then none)."""
+
+    def __init__(self, waits):
+        self.waits = list(waits)
+        self.waited = 0.0
+        self.attempts = 0
+
+    def time_calls(self, number: int) -> float:
+        share = self.waits[self.attempts] if self.attempts < len(self.waits) else 0.0
+        self.attempts += 1
+        elapsed = number * 0.001 * (1 + share)  # the kernel is slowed by as long as it waited
+        self.waited += share * elapsed
+        return elapsed
+
+    def cpu_wait(self) -> float:
+        return self.waited
+
+
+def test_repeats_whose_threads_waited_for_a_cpu_are_timed_again_and_the_cleanest_is_kept():
+    from measure_agent.engine.worker import time_repeats
+
+    # repeat 1 clean; repeat 2 disturbed twice, then clean; repeat 3 clean
+    host = ScriptedHost([0.0, 0.6, 0.3, 0.0, 0.01])
+    timed = time_repeats(host.time_calls, TimingConfig(number=10, repeat=3), host.cpu_wait)
+    assert host.attempts == 5 and timed.redone == 2
+    assert timed.costs == pytest.approx([0.001, 0.001, 0.00101])
+    assert timed.wait_shares == pytest.approx([0.0, 0.0, 0.01], abs=1e-9)
+    assert timed.details() == {"cpu_wait_share": pytest.approx(0.01), "repeats_redone": 2}
+
+
+def test_an_always_busy_host_costs_at_most_three_times_the_timing():
+    from measure_agent.engine.worker import time_repeats
+
+    host = ScriptedHost([0.9, 0.5, 0.7, 0.9, 0.5, 0.5, 0.5])
+    timed = time_repeats(host.time_calls, TimingConfig(number=10, repeat=2), host.cpu_wait)
+    assert host.attempts == 2 + 2 * 2 and timed.redone == 4
+    # each repeat keeps its least disturbed attempt, and the details say it was disturbed
+    assert timed.wait_shares == pytest.approx([0.5, 0.5]) and timed.details()["cpu_wait_share"] == 0.5
+
+
+def test_without_a_wait_clock_repeats_are_taken_as_they_come():
+    from measure_agent.engine.worker import time_repeats
+
+    host = ScriptedHost([0.9, 0.9])
+    timed = time_repeats(host.time_calls, TimingConfig(number=10, repeat=2))
+    assert host.attempts == 2 and timed.redone == 0 and timed.details() == {}
+    assert timed.costs == pytest.approx([0.0019, 0.0019])
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux counts run-queue waits per thread")
+def test_the_wait_clock_sees_another_process_take_this_ones_cpu():
+    """A busy process pinned to this one's CPU takes about half of it: this process's threads
+    wait for the CPU about as long as they run."""
+    from measure_agent.engine.cpu_wait import cpu_wait_clock
+
+    clock = cpu_wait_clock()
+    assert clock is not None
+    cpu = min(os.sched_getaffinity(0))
+    before_affinity = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {cpu})
+    hog = subprocess.Popen([sys.executable, "-c", f"import os; os.sched_setaffinity(0, {{{cpu}}})\nwhile True: pass"])
+    try:
+        time.sleep(0.3)  # the hog is running
+        waited_before, start = clock(), time.perf_counter()
+        while time.perf_counter() - start < 0.4:
+            pass
+        share = (clock() - waited_before) / (time.perf_counter() - start)
+    finally:
+        hog.kill()
+        hog.wait()
+        os.sched_setaffinity(0, before_affinity)
+    assert share > 0.2
 
 
 def test_config_outside_the_space_is_refused_without_building(engine):

@@ -143,3 +143,44 @@ def test_the_tuner_proposes_only_between_batches_when_it_shares_the_cpu_kernels_
     assert (measurer.submits_while_measuring > 0) is overlaps
     if not overlaps:  # batches of about three times the parallelism, not one candidate at a time
         assert measurer.submits <= 24 // 4
+
+
+class DisturbedEveryThird(SyncMeasurer):
+    """Every third timing says its threads waited for a CPU half of a repeat; one says nonsense."""
+
+    device_key = "busy-host"
+    device_info = {"arch": "none"}
+    agent_name = "busy-host"
+    template_version = "testing"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def measure_now(self, items):
+        results = []
+        for item in items:
+            self.count += 1
+            share = 0.5 if self.count % 3 == 0 else ("lots" if self.count == 4 else 0.01)
+            results.append(MeasureResult(MeasureStatus.OK, costs=(1.0 + item.config["variant"],),
+                                         details={"cpu_wait_share": share}))
+        return results
+
+
+def test_a_job_says_how_many_timings_other_work_on_the_host_slowed(log):
+    summary, _ = tune(log, DisturbedEveryThird(), trials=9, strategy="grid", batch_size=3)
+    assert summary.measured_now == 9 and summary.disturbed_timings == 3
+    assert summary.note.startswith("3 of 9 timings were slowed by other work on the measuring host")
+    quiet, _ = tune(log, ScriptedMeasurer(), trials=12, strategy="grid", batch_size=3)
+    assert quiet.disturbed_timings == 0 and quiet.note == ""
+
+
+def test_the_summary_prints_the_jobs_note(capsys):
+    from tuner.cli.jobs_view import print_summary
+    from tuner.fleet import JobSpec, JobStatus
+
+    status = JobStatus(job_id=3, state="done", spec=JobSpec("matmul(M=8,N=8,K=8)", "busy-host"), measured_now=9,
+                       best_mean_s=1e-3, best_config={"variant": 0}, flops=1024.0,
+                       message="3 of 9 timings were slowed by other work on the measuring host")
+    assert print_summary(status) == 0
+    assert "note:      3 of 9 timings were slowed" in capsys.readouterr().out

@@ -19,6 +19,7 @@ import numpy as np
 from measure_agent.device import DeviceInfo
 from measure_agent.engine import MeasureInput, MeasureResult, MeasureStatus
 from measure_agent.engine.build import source_digest
+from measure_agent.engine.cpu_wait import DISTURBED_WAIT_SHARE
 from measure_agent.space import Config
 from measure_agent.templates import TemplateCatalog
 from measure_agent.workload import Workload
@@ -91,6 +92,16 @@ class TuneSummary:
     total_in_log: int
     stopped_early: bool = False
     status_counts: dict[str, int] = field(default_factory=dict)
+    disturbed_timings: int = 0  # measured ok, but other work on the host took the kernel's CPU
+
+    @property
+    def note(self) -> str:
+        """What a user should know about how the job was measured; empty when nothing."""
+        if not self.disturbed_timings:
+            return ""
+        return (f"{self.disturbed_timings} of {self.measured_now} timings were slowed by other work on the measuring "
+                f"host (the kernel's threads waited for a CPU even in the repeats timed again): their times may "
+                f"read slow; measure on a quieter host to compare them")
 
     @property
     def speedup_over_default(self) -> float | None:
@@ -173,7 +184,7 @@ class TuningJob:
         for record in history:
             if record.mean_s and self._in_space(record.config):
                 fastest.add(record.mean_s, self.space.from_json(record.config))
-        measured_now = errors = since_improvement = 0
+        measured_now = errors = since_improvement = disturbed = 0
         stopped_early = False
         status_counts: dict[str, int] = {}
         # the default is measured for the speed-up report, unless the user's pins exclude it
@@ -233,6 +244,8 @@ class TuningJob:
                     status_counts[result.status.value] = status_counts.get(result.status.value, 0) + 1
                     if not result.status.is_ok:
                         errors += 1
+                    elif _disturbed(result):
+                        disturbed += 1
                     mean_s = result.mean_s  # a property that averages the costs: once
                     if mean_s is not None:
                         fastest.add(mean_s, item.config)
@@ -273,6 +286,7 @@ class TuningJob:
             total_in_log=len(measured),
             stopped_early=stopped_early,
             status_counts=status_counts,
+            disturbed_timings=disturbed,
         )
 
     # -- helpers ----------------------------------------------------------------------------
@@ -310,6 +324,13 @@ class TuningJob:
                 self.workload.key, self.measurer.device_key, self.options.target, config.to_json(), failed,
                 agent=storable_text(agent, 128), template_version=self.measurer.template_version, job_id=job_id,
             )
+
+
+def _disturbed(result: MeasureResult) -> bool:
+    """Whether the agent says other work on its host slowed the timing (details from the network:
+    anything but a number says nothing)."""
+    share = result.details.get("cpu_wait_share")
+    return isinstance(share, (int, float)) and share > DISTURBED_WAIT_SHARE
 
 
 class _Fastest:

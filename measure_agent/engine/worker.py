@@ -10,7 +10,9 @@ Requests (``op``):
   to the run worker too, where it loads the cached machine code before timing starts;
 - ``run``: warm up, check the output against the reference, time it per :class:`TimingConfig`;
   its details carry the runtime settings read back from numba (:mod:`measure_agent.engine.runtime`:
-  the process runs with the :class:`KernelRuntime` its parent put in its environment).
+  the process runs with the :class:`KernelRuntime` its parent put in its environment) and, on
+  Linux, how long its threads waited for a CPU: a repeat that other work on the host slowed is
+  timed again (:func:`time_repeats`, :mod:`measure_agent.engine.cpu_wait`).
 
 CUDA candidates (``KernelSource.launch == "cuda"``, see :meth:`Worker._run_cuda`) differ in where
 the arrays live and in the clock: the inputs are copied to the device once per workload, outside
@@ -29,6 +31,7 @@ import re
 import sys
 import time
 import traceback
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +39,7 @@ import numpy as np
 from measure_agent.device import cuda_simulated, detect_device
 from measure_agent.engine.build import compile_cuda_kernel, compile_kernel, load_kernel, source_digest
 from measure_agent.engine.checking import Problem, check_output, make_problem
+from measure_agent.engine.cpu_wait import DISTURBED_WAIT_SHARE, cpu_wait_clock
 from measure_agent.engine.runtime import runtime_in_effect
 from measure_agent.engine.types import MeasureStatus, TimingConfig
 from measure_agent.space import ConfigError
@@ -58,6 +62,7 @@ class Worker:
         self.device = detect_device()
         self._problems: dict[str, Problem] = {}
         self._device_inputs: dict[str, tuple] = {}  # CUDA: the problem's inputs on the device
+        self._cpu_wait = cpu_wait_clock()  # None where the system does not count it
 
     def handle(self, request: dict, answer_stage=None) -> dict:
         """The final answer to ``request``. A ``run`` with ``"load_first": true`` loads (or
@@ -149,12 +154,14 @@ class Worker:
                 "details": details,
             }
         try:
-            costs, number = timed_costs(lambda n: _time_calls(kernel, args, n), timing)
+            # on the host's CPU: repeats that other work on the host slowed are timed again
+            timed = time_repeats(lambda n: _time_calls(kernel, args, n), timing, self._cpu_wait)
         except Exception as exc:  # noqa: BLE001
             raise CandidateError(MeasureStatus.RUNTIME_ERROR, _one_line(exc)) from None
-        details["number"] = number
+        details["number"] = timed.number
         details["runtime"] = runtime
-        return {"status": MeasureStatus.OK.value, "costs": costs, "details": details}
+        details.update(timed.details())
+        return {"status": MeasureStatus.OK.value, "costs": timed.costs, "details": details}
 
     # -- CUDA candidates ---------------------------------------------------------------------------
     def _run_cuda(self, workload: Workload, kernel, kernel_source, timing: TimingConfig) -> dict:
@@ -222,11 +229,34 @@ class Worker:
         return self._device_inputs[workload.key]
 
 
-def timed_costs(time_calls, timing: TimingConfig) -> tuple[list[float], int]:
-    """Seconds per call for each of ``timing.repeat`` repeats, and the calls per repeat.
+@dataclass(frozen=True)
+class TimedRepeats:
+    """What :func:`time_repeats` measured: seconds per call for each repeat kept, the calls per
+    repeat, and how the host disturbed it (``wait_shares``: per repeat kept, the share of its wall
+    time this process's threads waited for a CPU; empty without a wait clock)."""
+
+    costs: list[float]
+    number: int
+    wait_shares: list[float] = field(default_factory=list)
+    redone: int = 0  # repeats timed again because their threads waited for a CPU
+
+    def details(self) -> dict:
+        """The result details that say how clean the timing was."""
+        if not self.wait_shares:
+            return {}
+        return {"cpu_wait_share": round(max(self.wait_shares), 4), "repeats_redone": self.redone}
+
+
+def time_repeats(time_calls, timing: TimingConfig, cpu_wait=None) -> TimedRepeats:
+    """Time ``timing.repeat`` repeats of ``number`` back-to-back calls.
 
     ``time_calls(n)`` makes ``n`` back-to-back calls and returns the seconds they took. When a
     repeat takes less than ``min_repeat_ms``, the calls per repeat grow until it does not.
+
+    With ``cpu_wait`` (seconds this process's threads have waited for a CPU, see
+    :mod:`measure_agent.engine.cpu_wait`), a repeat whose threads waited longer than
+    ``DISTURBED_WAIT_SHARE`` of it is timed again, at most ``2 * repeat`` times in all (a host that
+    is always busy costs at most three times the timing); the least disturbed attempt is kept.
     """
     number = timing.number
     if timing.min_repeat_ms > 0:
@@ -235,8 +265,33 @@ def timed_costs(time_calls, timing: TimingConfig) -> tuple[list[float], int]:
             scale = timing.min_repeat_ms / max(elapsed * 1000.0, 1e-3)
             number = min(1_000_000, max(number * 2, int(number * scale * 1.1) + 1))
             elapsed = time_calls(number)
-    costs = [time_calls(number) / number for _ in range(timing.repeat)]
-    return costs, number
+    if cpu_wait is None:
+        return TimedRepeats([time_calls(number) / number for _ in range(timing.repeat)], number)
+    costs: list[float] = []
+    shares: list[float] = []
+    redo_left = 2 * timing.repeat
+    redone = 0
+    for _ in range(timing.repeat):
+        best: tuple[float, float] | None = None  # (wait share, seconds) of the least disturbed attempt
+        while True:
+            waited_before = cpu_wait()
+            elapsed = time_calls(number)
+            share = max(0.0, cpu_wait() - waited_before) / max(elapsed, 1e-9)
+            if best is None or share < best[0]:
+                best = (share, elapsed)
+            if share <= DISTURBED_WAIT_SHARE or redo_left == 0:
+                break
+            redo_left -= 1
+            redone += 1
+        shares.append(best[0])
+        costs.append(best[1] / number)
+    return TimedRepeats(costs, number, shares, redone)
+
+
+def timed_costs(time_calls, timing: TimingConfig, cpu_wait=None) -> tuple[list[float], int]:
+    """Seconds per call for each repeat and the calls per repeat (:func:`time_repeats`)."""
+    timed = time_repeats(time_calls, timing, cpu_wait)
+    return timed.costs, timed.number
 
 
 def _time_calls(kernel, args, number: int) -> float:

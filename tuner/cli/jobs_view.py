@@ -45,6 +45,8 @@ def print_summary(status: JobStatus) -> int:
         print(f"speed-up:  {default_s / best_s:.2f}x over the default config")
     elif status.default_status:
         print(f"default:   failed ({status.default_status})")
+    if status.message:
+        print(f"note:      {status.message}")
     return 0
 
 

@@ -395,5 +395,5 @@ class JobManager:
             default_mean_s=summary.default.mean_s if summary.default else None,
             default_status=summary.default.status if summary.default else "",
             stopped_early=summary.stopped_early,
-            message="" if summary.best else "no config ran successfully",
+            message=summary.note if summary.best else "no config ran successfully",
         )
