@@ -204,8 +204,8 @@ class TuningJob:
                 window = opts.batch_size or max(4, 3 * parallelism)
                 chunk = window // 2 if opts.batch_size else max(1, parallelism // 2)
                 room = min(window - len(in_flight), opts.trials - len(measured) - len(in_flight))
-                # Proposing on the CPU a kernel is being timed on would slow that timing (matmul
-                # 512's default config recorded 10-15% slow during a job): propose between batches.
+                # Proposing (a model fit, ranking the space) on the cores a kernel is being timed on
+                # takes them from its threads: where they are shared, propose between batches.
                 ready_for_more = not in_flight if quiet_runs else len(in_flight) <= window - chunk
                 if not stopped_early and not unlogged and room > 0 and ready_for_more:
                     batch: list[Config] = []
