@@ -31,7 +31,10 @@ least ``--min-ms`` (20 ms; the number of calls is fixed once from the warm-up). 
 processes run in ``--rounds`` rounds (default 2), every contestant once per round, the order reversed
 every other round, after all tuning of the workload is done, so the contestants are measured close
 together under the same machine load. Printed: GFLOPS of the best sample over all rounds and of the
-median sample. Ratios are only meaningful within one run: the machine is shared.
+median sample. Ratios are only meaningful within one run: the machine is shared. On Linux each
+sample also reads how long the process's threads waited for a CPU (as the run worker does,
+``measure_agent/engine/cpu_wait.py``); a contestant some of whose samples other work slowed (its
+threads waiting more than 5% of a sample) says how many.
 
 Peers that are not installed are reported as ``not installed`` with the command that installs them;
 a peer that fails prints one line (its stderr is kept in the run directory, ``--keep``).
@@ -65,6 +68,7 @@ from pathlib import Path
 # Only the standard library at module level: the TVM worker runs this file in TVM's own venv.
 ROOT = Path(__file__).resolve().parents[1]
 THREADS = 2
+DISTURBED_WAIT_SHARE = 0.05  # as the run worker judges a repeat (measure_agent/engine/cpu_wait.py)
 PEERS = ("tunefleet", "tvm", "torch", "onnxruntime", "openblas")
 MATMULS = {"matmul_512": "matmul(M=512,N=512,K=512)", "matmul_1024": "matmul(M=1024,N=1024,K=1024)"}
 QUICK = {"matmul_128": "matmul(M=128,N=128,K=128)",
@@ -100,21 +104,37 @@ def layer_table() -> dict[str, str]:
 # -- the measuring workers (run as `peers_kernels.py --worker ROLE SPEC_JSON`) ---------------------
 
 
-def time_call(call, timing: dict) -> list[float]:
-    """Seconds per call: ``repeats`` samples, each the mean of back-to-back calls lasting >= min_ms."""
+def time_call(call, timing: dict) -> dict:
+    """``samples``: seconds per call, ``repeats`` samples, each the mean of back-to-back calls lasting
+    >= min_ms; ``wait_shares``: per sample, the share of it this process's threads waited for a CPU
+    (Linux; another process took the cores), as the run worker reads it (empty elsewhere)."""
+    clock = _cpu_wait_clock()
     for _ in range(timing["warmup"]):
         call()
     start = time.perf_counter()
     call()
     once = max(time.perf_counter() - start, 1e-7)
     number = max(1, int(timing["min_ms"] / 1e3 / once + 0.999))
-    samples = []
+    samples, shares = [], []
     for _ in range(timing["repeats"]):
+        waited = clock() if clock else 0.0
         start = time.perf_counter()
         for _ in range(number):
             call()
-        samples.append((time.perf_counter() - start) / number)
-    return samples
+        elapsed = time.perf_counter() - start
+        samples.append(elapsed / number)
+        if clock:
+            shares.append(max(0.0, clock() - waited) / elapsed)
+    return {"samples": samples, "wait_shares": shares}
+
+
+def _cpu_wait_clock():
+    """measure_agent's wait clock, loaded from its file: this script also runs in TVM's venv, where
+    the package (and numba, which it imports) is not installed; the module needs only the stdlib."""
+    spec = importlib.util.spec_from_file_location("tunefleet_cpu_wait", ROOT / "measure_agent" / "engine" / "cpu_wait.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.cpu_wait_clock()
 
 
 def _inputs(spec: dict):
@@ -137,7 +157,7 @@ def worker_tunefleet(spec: dict) -> dict:
     kernel = tuner.best_kernel(spec["workload"], db=spec["db"])
     inputs = _inputs(spec)
     out = np.empty(spec["output_shape"], np.float32)
-    return {"samples": time_call(lambda: kernel(*inputs, out=out), spec["timing"]), "kind": kernel.kind,
+    return {**time_call(lambda: kernel(*inputs, out=out), spec["timing"]), "kind": kernel.kind,
             "config": kernel.config}
 
 
@@ -156,7 +176,7 @@ def worker_openblas(spec: dict) -> dict:
         version = f"{blas.get('name', '?')} {blas.get('version', '')}".strip()
     except Exception:  # noqa: BLE001
         version = "?"
-    return {"samples": time_call(call, spec["timing"]), "version": f"numpy {np.__version__}, {version}"}
+    return {**time_call(call, spec["timing"]), "version": f"numpy {np.__version__}, {version}"}
 
 
 def worker_torch(spec: dict) -> dict:
@@ -184,8 +204,8 @@ def worker_torch(spec: dict) -> dict:
         kwargs = _conv_kwargs(p)
         call = lambda: F.conv2d(tx, tw, groups=groups, **kwargs)  # noqa: E731
     with torch.inference_mode():
-        samples = time_call(call, spec["timing"])
-    return {"samples": samples, "version": f"torch {torch.__version__}"}
+        timed = time_call(call, spec["timing"])
+    return {**timed, "version": f"torch {torch.__version__}"}
 
 
 def worker_onnxruntime(spec: dict) -> dict:
@@ -224,7 +244,7 @@ def worker_onnxruntime(spec: dict) -> dict:
     options.intra_op_num_threads = THREADS
     options.inter_op_num_threads = 1
     session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    return {"samples": time_call(lambda: session.run(None, feeds), spec["timing"]),
+    return {**time_call(lambda: session.run(None, feeds), spec["timing"]),
             "version": f"onnxruntime {ort.__version__}"}
 
 
@@ -329,7 +349,7 @@ def worker_tvm(spec: dict) -> dict:
     function, arrays = run(schedule.mod)
     _, reference = run(mod)  # the untuned schedule: what the tuned one must compute
     np.testing.assert_allclose(arrays[-1].numpy(), reference[-1].numpy(), rtol=1e-3, atol=1e-3)
-    return {"samples": time_call(lambda: function(*arrays), spec["timing"]), "version": f"tvm {tvm.__version__}"}
+    return {**time_call(lambda: function(*arrays), spec["timing"]), "version": f"tvm {tvm.__version__}"}
 
 
 WORKERS = {"tunefleet": worker_tunefleet, "openblas": worker_openblas, "torch": worker_torch,
@@ -482,7 +502,7 @@ def reached(curve, runs: list[tuple[datetime, float]], target: float) -> tuple[i
 
 def measure_round_robin(runner: Runner, contestants: dict[str, tuple[str, dict, dict | None]], rounds: int) -> dict[str, dict]:
     """Every contestant's measuring process once per round, the order reversed every other round."""
-    results: dict[str, dict] = {name: {"samples": []} for name in contestants}
+    results: dict[str, dict] = {name: {"samples": [], "wait_shares": []} for name in contestants}
     names = list(contestants)
     for round_index in range(rounds):
         for name in names if round_index % 2 == 0 else reversed(names):
@@ -494,7 +514,8 @@ def measure_round_robin(runner: Runner, contestants: dict[str, tuple[str, dict, 
                 results[name] = result
                 continue
             samples = results[name]["samples"] + result.pop("samples")
-            results[name].update(result, samples=samples)
+            shares = results[name].get("wait_shares", []) + result.pop("wait_shares", [])
+            results[name].update(result, samples=samples, wait_shares=shares)
     return results
 
 
@@ -644,10 +665,13 @@ def run_workload(name, workload, trials, peers, missing, timing, rounds, mcpu, r
     for key in [*contestants, *[k for k in info if k not in contestants]]:
         result = {**info.get(key, {}), **measured.get(key, {})}
         samples = result.pop("samples", None)
+        shares = result.pop("wait_shares", None)
         if samples:
             result["best_gflops"] = flops / min(samples) / 1e9
             result["median_gflops"] = flops / statistics.median(samples) / 1e9
             result["samples"] = len(samples)
+        if shares:  # samples another process slowed: their threads waited for a CPU > 5% of the time
+            result["disturbed_samples"] = sum(1 for share in shares if share > DISTURBED_WAIT_SHARE)
         row["contestants"][key] = result
     for peer in peers:
         if missing.get(peer):
@@ -698,8 +722,10 @@ def print_workload(row: dict) -> None:
             for peer, hit in result["reach"].items():
                 parts.append(f"{peer} at trial {hit['trial']}, {hit['tune_s']:.0f} s" if hit else f"{peer} not reached")
             reach = "; ".join(parts)
+        disturbed = (f"  ({result['disturbed_samples']} of {result['samples']} samples slowed by other work)"
+                     if result.get("disturbed_samples") else "")
         print(f"  {key:<15} {_num(result.get('best_gflops')):>7} {_num(result.get('median_gflops')):>7} "
-              f"{_num(tune_s, 0):>7}  {reach}", flush=True)
+              f"{_num(tune_s, 0):>7}  {reach}{disturbed}", flush=True)
 
 
 def print_summary(report: dict) -> None:

@@ -4,6 +4,8 @@ the time-to-peer arithmetic over resumed tuning runs. Nothing here tunes or need
 from __future__ import annotations
 
 import importlib.util
+import json
+import sys
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -53,12 +55,17 @@ def test_missing_peers_are_one_line_each_with_the_install_command(bench, capsys,
     assert (tmp_path / "out.json").exists()
 
 
-def test_the_numpy_peer_is_measured_in_its_own_process(bench, capsys):
-    assert bench.main(["--quick", "--no-tune", "--peers", "openblas", "--workloads", "matmul_128", "conv_small"]) == 0
+def test_the_numpy_peer_is_measured_in_its_own_process(bench, capsys, tmp_path):
+    report = tmp_path / "report.json"
+    assert bench.main(["--quick", "--no-tune", "--peers", "openblas", "--workloads", "matmul_128", "conv_small",
+                       "--json", str(report)]) == 0
     out = capsys.readouterr().out
     row = next(line for line in out.splitlines() if line.startswith("| matmul_128 |"))
     assert float(row.split("|")[2].split()[0]) > 0  # median GFLOPS
     assert "| conv_small | n/a |" in out
+    if sys.platform.startswith("linux"):  # each sample read the threads' wait for a CPU
+        openblas = json.loads(report.read_text())["workloads"][0]["contestants"]["openblas"]
+        assert 0 <= openblas["disturbed_samples"] <= openblas["samples"]
 
 
 def test_time_to_peer_counts_the_walls_of_earlier_resumed_runs(bench):
