@@ -365,6 +365,22 @@ def test_catalog_has_every_cpu_template():
         assert template is not None and template.target == "cpu" and template.version == version
 
 
+def test_small_batches_of_a_dense_layer_default_to_reduction_tiles(kernel_cache_dir):
+    """From 3 to 64 rows of X the default reads W in place with up to 4 x 4 reduction tiles (one
+    thread, AVX-512: 45-82 GFLOPS where the packed column tiles ran 4-47); 256 rows stay packed."""
+    for device in (None, AVX2, AVX512, NEON):
+        for rows in (3, 16, 64):
+            w = parse_workload(f"dense(M={rows},N=1000,K=2048)")
+            space = TEMPLATES["dense"].space(w, device)
+            config = TEMPLATES["dense"].default_config(w, space)
+            mr, nr = config["tile_m"][-1], config["tile_n"][-1]
+            assert config["vector_axis"] == "k" and mr == min(4, rows) and mr * nr <= 16
+        big = parse_workload("dense(M=256,N=1000,K=2048)")
+        assert TEMPLATES["dense"].default_config(big, TEMPLATES["dense"].space(big, device))["vector_axis"] == "n"
+    small = parse_workload("dense(M=6,N=37,K=75)")  # partial row and column tiles, leftover lanes
+    check(small, TEMPLATES["dense"].default_config(small, TEMPLATES["dense"].space(small)), kernel_cache_dir)
+
+
 def test_avx512_defaults_use_register_tiles_that_stay_in_registers():
     """On AVX-512 (Zen 5, numba 0.68) tiles two vectors wide by 6 or 12 rows/columns, or one
     vector wide, ran at 3-6 GFLOPS instead of 200-330: LLVM spilled them. Defaults must avoid them."""
