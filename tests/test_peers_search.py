@@ -58,3 +58,15 @@ def test_bad_options_get_a_one_line_error(capsys):
     assert peers.main(["--spaces-dir", str(DATA), "--budgets", "ten"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and "no_such_strategy" in err[0]
+
+
+def test_diff_evo_start_draws_distinct_valid_configs_in_both_orders(capsys):
+    start = load_script("bench/diff_evo_start.py")
+    name, rows, sizes, times, optimum = start.space_rows(SPACE)
+    assert len(rows) == len(times) and optimum == times.min()
+    kt_order, kt_ties, shuffled = start.first_picks(rows, sizes, population=40, take=10, seed=1)
+    for picks in (kt_order, kt_ties, shuffled):
+        assert len(picks) == 10 == len(set(picks)) and all(0 <= p < len(rows) for p in picks)
+    assert set(kt_order) <= set(start.first_picks(rows, sizes, population=40, take=40, seed=1)[1])
+    assert start.main(["--spaces-dir", str(DATA), "--only", "pnpoly_trimmed", "--repeats", "3", "--take", "10"]) == 0
+    assert "kt-ties" in capsys.readouterr().out
