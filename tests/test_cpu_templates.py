@@ -381,6 +381,22 @@ def test_small_batches_of_a_dense_layer_default_to_reduction_tiles(kernel_cache_
     check(small, TEMPLATES["dense"].default_config(small, TEMPLATES["dense"].space(small)), kernel_cache_dir)
 
 
+def test_a_narrow_b_on_avx512_gets_four_rows_per_one_vector_tile(kernel_cache_dir):
+    """8 rows x one vector read A in place as gathers (5 GFLOPS on one core, 4 rows: 58-80)."""
+    wide = DeviceInfo("x86_64", "test", 2, ("avx2", "fma", "avx512f"))
+    catalog = default_catalog()
+    for text in ("matmul(M=1024,N=16,K=1024)", "matmul(M=512,N=24,K=512)", "batch_matmul(B=8,M=256,N=16,K=256)"):
+        w = parse_workload(text)
+        config = catalog.get(w.op, "cpu").default_config(w, catalog.space(w, "cpu", wide))
+        assert (config["tile_m"][-1], config["tile_n"][-1]) == (4, 16), text
+    for text in ("matmul(M=512,N=512,K=512)", "matmul(M=512,N=8,K=512)"):  # two vectors, half a vector: 8 rows
+        w = parse_workload(text)
+        assert catalog.get(w.op, "cpu").default_config(w, catalog.space(w, "cpu", wide))["tile_m"][-1] == 8, text
+    narrow = parse_workload("matmul(M=37,N=16,K=29)")
+    check(narrow, catalog.get("matmul", "cpu").default_config(narrow, catalog.space(narrow, "cpu", wide)),
+          kernel_cache_dir)
+
+
 def test_avx512_defaults_use_register_tiles_that_stay_in_registers():
     """On AVX-512 (Zen 5, numba 0.68) tiles two vectors wide by 6 or 12 rows/columns, or one
     vector wide, ran at 3-6 GFLOPS instead of 200-330: LLVM spilled them. Defaults must avoid them."""

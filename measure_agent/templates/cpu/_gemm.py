@@ -143,12 +143,15 @@ def gemm_default(shape: GemmShape, dtype: str, space: ConfigSpace, flops: int) -
     else:
         nr = shape.N if shape.N <= 2 * lanes else 2 * lanes
         mr = max(1, min(vt.default_rows, vt.max_accumulators // vt.accumulator_vectors(1, nr, dtype)))
-        tile_m = pick_split(space.knob("tile_m"), mr, min(96, max(mr, shape.M // max(1, 4 // batch))))
+        tile_m = _row_blocks(space, shape, mr)
         axis = "n"
-    # column blocks: as wide as possible, split only when rows and batches give too few work items
-    row_items = batch * math.ceil(shape.M / (tile_m[1] * tile_m[2]))
-    n_splits = max(1, math.ceil(ITEMS / row_items))
-    tile_n = pick_split(space.knob("tile_n"), nr, max(nr, shape.N // n_splits), inner_ok=lambda t: t == nr)
+    tile_n = _column_blocks(space, shape, tile_m, nr)
+    if axis == "n" and vt.registers >= 32 and tile_m[-1] == 8 and tile_n[-1] == lanes:
+        # A narrow B (N of 16-31 float32 on AVX-512) leaves a tile 8 rows x one vector, which LLVM
+        # compiles to gathers from A read in place: one thread, batch_matmul 8 x 256 x 16 x 256 ran
+        # 4.7 GFLOPS; 4 rows x one vector ran 57.5 (the matmul template's default: see matmul.py).
+        tile_m = _row_blocks(space, shape, 4)
+        tile_n = _column_blocks(space, shape, tile_m, nr)
     values = {
         "vector_axis": axis,
         "tile_m": tile_m,
@@ -164,6 +167,19 @@ def gemm_default(shape: GemmShape, dtype: str, space: ConfigSpace, flops: int) -
     else:
         values["pack_b"] = True
     return space.make(values)
+
+
+def _row_blocks(space: ConfigSpace, shape: GemmShape, mr: int) -> tuple[int, ...]:
+    """tile_m of the column-vectorised default: MR rows, MC up to 96 rows."""
+    return pick_split(space.knob("tile_m"), mr, min(96, max(mr, shape.M // max(1, 4 // max(1, shape.batch)))))
+
+
+def _column_blocks(space: ConfigSpace, shape: GemmShape, tile_m: tuple[int, ...], nr: int) -> tuple[int, ...]:
+    """tile_n: NR columns, blocks as wide as possible, split only when rows and batches give too
+    few work items."""
+    row_items = max(1, shape.batch) * math.ceil(shape.M / (tile_m[1] * tile_m[2]))
+    n_splits = max(1, math.ceil(ITEMS / row_items))
+    return pick_split(space.knob("tile_n"), nr, max(nr, shape.N // n_splits), inner_ok=lambda t: t == nr)
 
 
 def gemm_runtime_args(config: Config) -> tuple[int, int, int]:
