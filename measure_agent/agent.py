@@ -14,10 +14,11 @@ leaves.
 from __future__ import annotations
 
 import logging
+import queue
 import random
 import socket
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from concurrent.futures import wait as wait_for_futures
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -94,7 +95,10 @@ class Agent:
         self.measured = 0
         self.registrations = 0
         self._next: tuple[AgentStream, Future] | None = None  # the next batch, taken (and maybe built) ahead
-        self._ahead = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tunefleet-lease-ahead")
+        # the lease-ahead thread's work (None: leave); a thread and a queue are lighter than an
+        # executor per batch, and the thread lives while run() does
+        self._ahead: queue.SimpleQueue = queue.SimpleQueue()
+        self._ahead_thread: threading.Thread | None = None
         # (workload text, target) -> the parsed workload and its space on this device: what every
         # leased candidate of a job needs, looked up once per job instead of once per candidate
         self._spaces: dict[tuple[str, str], tuple[Workload, ConfigSpace]] = {}
@@ -112,6 +116,8 @@ class Agent:
     def run(self) -> None:
         """Serve until :meth:`stop`. Raises :class:`AgentRefused` when the daemon refuses us."""
         backoff = 0.5
+        self._ahead_thread = threading.Thread(target=self._work_ahead, name="tunefleet-lease-ahead", daemon=True)
+        self._ahead_thread.start()
         try:
             while not self._stop.is_set():
                 try:
@@ -139,7 +145,8 @@ class Agent:
             if self._stream is not None:
                 self._stream.leave()  # results already measured go first; what it holds is requeued
                 self._stream = None
-            self._ahead.shutdown(wait=True)
+            self._ahead.put(None)
+            self._ahead_thread.join()
             self.engine.close()
             self._tracker.close()
 
@@ -221,19 +228,19 @@ class Agent:
         future: Future = Future()
 
         def deliver(candidates: list) -> None:  # in this thread or the stream's reader: must not raise
-            try:
-                self._ahead.submit(self._batch_into, future, stream, candidates, build)
-            except RuntimeError as exc:  # the pool shut down: the agent is leaving
-                future.set_exception(exc)
+            self._ahead.put((future, stream, candidates, build))
 
         stream.take_when_leased(self.parallel, deliver)
         return future
 
-    def _batch_into(self, future: Future, stream: AgentStream, candidates: list, build: bool) -> None:
-        try:
-            future.set_result(self._batch(stream, candidates, build))
-        except BaseException as exc:  # noqa: BLE001 - raised where the batch is awaited, as before
-            future.set_exception(exc)
+    def _work_ahead(self) -> None:
+        """The lease-ahead thread: batches of the leases handed over, until told to leave."""
+        while (work := self._ahead.get()) is not None:
+            future, stream, candidates, build = work
+            try:
+                future.set_result(self._batch(stream, candidates, build))
+            except BaseException as exc:  # noqa: BLE001 - raised where the batch is awaited, as before
+                future.set_exception(exc)
 
     def _taken_ahead(self, stream: AgentStream, future: Future) -> "_LeasedBatch":
         """The batch :meth:`_take_ahead` took; empty when no lease came within ``lease_wait_s``."""

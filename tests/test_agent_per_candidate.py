@@ -19,7 +19,6 @@ def agent(tmp_path):
     # no daemon: the channel connects lazily, the engine starts its workers on first use
     agent = Agent("127.0.0.1:1", "k", name="cache-test", catalog="testing", cache_dir=tmp_path)
     yield agent
-    agent._ahead.shutdown(wait=True)
     agent.engine.close()
     agent._tracker.close()
 
