@@ -14,10 +14,12 @@ leaves.
 from __future__ import annotations
 
 import logging
+import queue
 import random
 import socket
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
+from concurrent.futures import wait as wait_for_futures
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,16 +30,19 @@ from measure_agent.engine.engine import Prepared
 from measure_agent.engine.kernel_cache import DEFAULT_CACHE_MAX_MB
 from measure_agent.protocol import PROTOCOL_VERSION
 from measure_agent.protocol.connection import TlsFiles, Tracker, auth_metadata
-from measure_agent.protocol.convert import capabilities_to_proto, result_to_proto, timing_from_proto
+from measure_agent.protocol.convert import capabilities_to_proto, clamped_timing_from_proto, result_to_proto
 from measure_agent.protocol.errors import FleetError, NotFound, Unauthenticated, Unavailable, VersionMismatch
 from measure_agent.protocol.stream import AgentStream
 from measure_agent.protocol.v1 import fleet_pb2 as pb1
 from measure_agent.protocol.v2 import agent_pb2 as pb
-from measure_agent.space import ConfigError
+from measure_agent.space import ConfigError, ConfigSpace
 from measure_agent.templates import TemplateNotFound
-from measure_agent.workload import WorkloadError, parse_workload
+from measure_agent.workload import Workload, WorkloadError, parse_workload
 
 logger = logging.getLogger("tunefleet.agent")
+
+# Spaces an agent keeps by (workload text, target): a job leases one workload for many candidates.
+SPACE_CACHE_SIZE = 64
 
 
 @dataclass
@@ -89,8 +94,15 @@ class Agent:
         self._leader_hint: str | None = None  # the leader a standby named in its last refusal
         self.measured = 0
         self.registrations = 0
-        self._next: Future | None = None  # the next batch, taken (and maybe built) ahead
-        self._ahead = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tunefleet-lease-ahead")
+        self._next: tuple[AgentStream, Future] | None = None  # the next batch, taken (and maybe built) ahead
+        # the lease-ahead thread's work (None: leave); a thread and a queue are lighter than an
+        # executor per batch, and the thread lives while run() does
+        self._ahead: queue.SimpleQueue = queue.SimpleQueue()
+        self._ahead_thread: threading.Thread | None = None
+        # (workload text, target) -> the parsed workload and its space on this device: what every
+        # leased candidate of a job needs, looked up once per job instead of once per candidate
+        self._spaces: dict[tuple[str, str], tuple[Workload, ConfigSpace]] = {}
+        self._spaces_lock = threading.Lock()
 
     # -- lifecycle --------------------------------------------------------------------------
     def stop(self) -> None:
@@ -104,6 +116,8 @@ class Agent:
     def run(self) -> None:
         """Serve until :meth:`stop`. Raises :class:`AgentRefused` when the daemon refuses us."""
         backoff = 0.5
+        self._ahead_thread = threading.Thread(target=self._work_ahead, name="tunefleet-lease-ahead", daemon=True)
+        self._ahead_thread.start()
         try:
             while not self._stop.is_set():
                 try:
@@ -131,7 +145,8 @@ class Agent:
             if self._stream is not None:
                 self._stream.leave()  # results already measured go first; what it holds is requeued
                 self._stream = None
-            self._ahead.shutdown(wait=True)
+            self._ahead.put(None)
+            self._ahead_thread.join()
             self.engine.close()
             self._tracker.close()
 
@@ -182,8 +197,8 @@ class Agent:
         """Run one leased batch while the next is taken (and built where allowed) ahead."""
         stream = self._stream
         if self._next is not None:
-            next_batch, self._next = self._next, None
-            batch = next_batch.result()
+            (ahead_stream, next_batch), self._next = self._next, None
+            batch = self._taken_ahead(ahead_stream, next_batch)
         else:
             batch = self._take(stream, build=True)
         if stream.ended:
@@ -193,7 +208,7 @@ class Agent:
             return
         if not self._stop.is_set():
             overlap = self.engine.builds_may_overlap_runs([item for _, item, _ in batch.items])
-            self._next = self._ahead.submit(self._take, stream, overlap)
+            self._next = (stream, self._take_ahead(stream, overlap))
         measurements = self._run(batch)
         # Results and as much new credit; a stream that ended meanwhile drops them (the daemon
         # gave those leases to others when it ended).
@@ -205,14 +220,43 @@ class Agent:
 
     def _take(self, stream: AgentStream, build: bool) -> "_LeasedBatch":
         """The next leased candidates (at most ``parallel``), built when ``build``."""
-        candidates = stream.take(self.parallel, self.lease_wait_s)
+        return self._batch(stream, stream.take(self.parallel, self.lease_wait_s), build)
+
+    def _take_ahead(self, stream: AgentStream, build: bool) -> Future:
+        """:meth:`_take` on the lease-ahead thread, which starts once the leases are there (the
+        stream hands them over): a batch, or an empty one when :meth:`_taken_ahead` gave up waiting."""
+        future: Future = Future()
+
+        def deliver(candidates: list) -> None:  # in this thread or the stream's reader: must not raise
+            self._ahead.put((future, stream, candidates, build))
+
+        stream.take_when_leased(self.parallel, deliver)
+        return future
+
+    def _work_ahead(self) -> None:
+        """The lease-ahead thread: batches of the leases handed over, until told to leave."""
+        while (work := self._ahead.get()) is not None:
+            future, stream, candidates, build = work
+            try:
+                future.set_result(self._batch(stream, candidates, build))
+            except BaseException as exc:  # noqa: BLE001 - raised where the batch is awaited, as before
+                future.set_exception(exc)
+
+    def _taken_ahead(self, stream: AgentStream, future: Future) -> "_LeasedBatch":
+        """The batch :meth:`_take_ahead` took; empty when no lease came within ``lease_wait_s``."""
+        if not future.done() and not wait_for_futures([future], timeout=self.lease_wait_s).done:
+            if stream.cancel_take():  # nothing leased meanwhile: as take() when its wait ends
+                return _LeasedBatch(stream, [])
+        return future.result()  # taken: built by now, or soon
+
+    def _batch(self, stream: AgentStream, candidates: list, build: bool) -> "_LeasedBatch":
+        """A batch of leased ``candidates``, built when ``build``."""
         batch = _LeasedBatch(stream, candidates)
         for candidate in candidates:
             try:
-                timing = timing_from_proto(candidate.timing, clamp=True)  # bounded whatever was sent
-                workload = parse_workload(candidate.workload)
-                config = self.engine.catalog.space(workload, candidate.target, self.device).from_json(
-                    candidate.config_json)  # bounded: a hostile daemon cannot crash the agent
+                timing = clamped_timing_from_proto(candidate.timing)  # bounded whatever was sent
+                workload, space = self._workload_space(candidate.workload, candidate.target)
+                config = space.from_json(candidate.config_json)  # bounded: a hostile daemon cannot crash the agent
             except (ValueError, WorkloadError, ConfigError, TemplateNotFound) as exc:
                 batch.invalid[candidate.lease_id] = result_to_proto(
                     candidate.lease_id, MeasureResult(MeasureStatus.INVALID_CONFIG, message=str(exc)))
@@ -223,6 +267,21 @@ class Agent:
                 for (lease_id, _), prepared in zip(group, self.engine.prepare([i for _, i in group], timing=timing)):
                     batch.built[lease_id] = prepared
         return batch
+
+    def _workload_space(self, text: str, target: str) -> tuple[Workload, ConfigSpace]:
+        """The workload ``text`` parses to and its space for ``target`` on this device, kept for the
+        next candidates of the same job; raises as parsing and the catalog do (nothing is kept then)."""
+        key = (text, target)
+        found = self._spaces.get(key)
+        if found is not None:
+            return found
+        workload = parse_workload(text)
+        found = (workload, self.engine.catalog.space(workload, target, self.device))
+        with self._spaces_lock:  # the lease-ahead thread and a batch taken in turn both look up
+            if len(self._spaces) >= SPACE_CACHE_SIZE:
+                del self._spaces[next(iter(self._spaces))]  # the oldest entry
+            self._spaces[key] = found
+        return found
 
     def _run(self, batch: "_LeasedBatch") -> list[pb1.Measurement]:
         out = dict(batch.invalid)
@@ -239,8 +298,10 @@ class Agent:
         """Stopping or rejoining: wait for a take in progress; its candidates go back to the queue
         when the stream ends."""
         if self._next is not None:
+            (stream, pending), self._next = self._next, None
+            if stream.cancel_take():
+                return  # nothing was taken
             try:
-                self._next.result()
+                pending.result()
             except Exception:  # noqa: BLE001 - a build error of a batch we will not run
                 pass
-            self._next = None

@@ -306,3 +306,45 @@ def test_an_agent_sends_credit_as_the_daemon_reads_it(tmp_path, kernel_cache_dir
         assert credit_messages == [2]  # the first credit; the rest rode on the results
     else:
         assert len(credit_messages) >= 4 and credit_messages[0] == 2
+
+
+def test_take_when_leased_hands_leases_over_once_at_once_or_from_the_reader(daemon):
+    """How an agent's lease-ahead thread gets its next batch: handed over with the leases (by the
+    stream's reader when they come, at once when they are queued), withdrawn by cancel_take, and
+    handed nothing once the stream ended."""
+    import queue
+
+    from measure_agent.device import detect_device
+    from measure_agent.protocol import PROTOCOL_VERSION
+    from measure_agent.protocol.connection import open_channel
+    from measure_agent.protocol.convert import capabilities_to_proto
+    from measure_agent.protocol.stream import AgentStream
+    from measure_agent.templates import testing_catalog
+
+    caps = capabilities_to_proto(detect_device(), "test", testing_catalog().version, [])
+    channel = open_channel(daemon.address)
+    stream = AgentStream(channel, ()).open(pb2.Hello(key="k", name="handover", capabilities=caps, parallel=1,
+                                                      protocol_version=PROTOCOL_VERSION))
+    handed: queue.SimpleQueue = queue.SimpleQueue()
+    try:
+        stream.take_when_leased(1, handed.put)  # nothing leased yet: the reader hands them over later
+        with pytest.raises(queue.Empty):
+            handed.get(timeout=0.3)
+        daemon.scheduler.submit("k", 1, 0, [ITEM] * 3, FAST)
+        stream.send(credit=pb2.Credit(candidates=3))
+        assert len(handed.get(timeout=10)) == 1  # at most what was asked for
+        wait_for(lambda: stream._inbox.qsize() == 2, 10, "the other two leases queued")
+        stream.take_when_leased(2, handed.put)  # queued: handed over at once, in this thread
+        assert len(handed.get_nowait()) == 2
+        stream.take_when_leased(1, handed.put)
+        assert stream.cancel_take() and not stream.cancel_take()  # withdrawn; nothing left to withdraw
+        stream.take_when_leased(1, handed.put)
+        stream.close()  # the end of the stream hands over what take() would return then: nothing
+        assert handed.get(timeout=10) == []
+        assert not stream.cancel_take()
+        stream.take_when_leased(1, handed.put)  # after the end: at once, nothing
+        assert handed.get_nowait() == [] and stream.take(1, 5.0) == []
+        assert handed.empty()
+    finally:
+        stream.close()
+        channel.close()

@@ -107,3 +107,17 @@ def test_large_space_samples_without_enumeration():
     configs = space.sample(np.random.default_rng(0), 50)
     assert all(c["k0"] <= c["k1"] for c in configs)
     assert len({c.digest for c in configs}) == 50
+
+
+def test_from_json_checks_each_value_once_and_gives_what_make_gives():
+    """from_json no longer hands its parsed values to make() to be checked a second time: every
+    member it accepts is what make() returns, and a bool knob limited to one value still refuses
+    the other."""
+    space = small_space()
+    for config in brute_force_valid(space):
+        parsed = space.from_json(json.dumps(config.to_json()))
+        assert parsed == space.make(config.as_dict()) and parsed.items == config.items
+    only_on = ConfigSpace([BoolKnob("parallel", values=(True,)), ChoiceKnob("unroll", (1, 2))])
+    assert only_on.from_json({"parallel": True, "unroll": 2.0})["unroll"] == 2
+    with pytest.raises(ConfigError, match="of knob parallel is not one of"):
+        only_on.from_json({"parallel": False, "unroll": 1})

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+import math
 import os
-import selectors
+import select
 import signal
 import subprocess
 import sys
@@ -55,7 +56,7 @@ class WorkerProcess:
         self._stderr_path: str | None = None
         self._buffer = b""
         self._next_id = 0
-        self._selector: selectors.BaseSelector | None = None  # on the child's stdout, while it lives
+        self._poller = None  # a select.poll() on the child's stdout, while it lives
 
     def start(self) -> None:
         # set before the child imports numba: what tuner.best_kernel applies in an application too
@@ -72,9 +73,10 @@ class WorkerProcess:
         )
         os.close(fd)
         self._buffer = b""
-        # one selector for the child's life: making one per read cost an agent ~0.1 ms per candidate
-        self._selector = selectors.DefaultSelector()
-        self._selector.register(self._proc.stdout.fileno(), selectors.EVENT_READ)  # type: ignore[union-attr]
+        # one poll object for the child's life (making a selector per read cost an agent ~0.1 ms per
+        # candidate), used directly: the selectors module's wrapper is Python run at every reply
+        self._poller = select.poll()
+        self._poller.register(self._proc.stdout.fileno(), select.POLLIN)  # type: ignore[union-attr]
 
     @property
     def alive(self) -> bool:
@@ -128,8 +130,9 @@ class WorkerProcess:
                 self._buffer += chunk
 
     def _read_some(self, timeout_s: float) -> bytes | None:
-        assert self._proc is not None and self._proc.stdout is not None and self._selector is not None
-        if not self._selector.select(timeout=min(timeout_s, 0.5)):
+        assert self._proc is not None and self._proc.stdout is not None and self._poller is not None
+        # poll() takes milliseconds, rounded up so that a wait never ends before its deadline
+        if not self._poller.poll(math.ceil(min(timeout_s, 0.5) * 1000.0)):
             return None
         return os.read(self._proc.stdout.fileno(), 65536)
 
@@ -176,9 +179,7 @@ class WorkerProcess:
     def stop(self) -> None:
         """Close the child (politely: EOF on stdin, then kill if it lingers)."""
         proc, self._proc = self._proc, None
-        selector, self._selector = self._selector, None
-        if selector is not None:
-            selector.close()
+        self._poller = None
         if proc is not None:
             if proc.poll() is None:
                 try:

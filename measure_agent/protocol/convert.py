@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Sequence
 
@@ -31,6 +32,20 @@ def timing_from_proto(message: pb.Timing, clamp: bool = False) -> TimingConfig:
         run_timeout_s=message.run_timeout_s or default.run_timeout_s,
     )
     return TimingConfig.clamped(**values) if clamp else TimingConfig(**values)
+
+
+def clamped_timing_from_proto(message: pb.Timing) -> TimingConfig:
+    """``timing_from_proto(message, clamp=True)``, what an agent does with each leased candidate's
+    timing; the candidates of a job all carry the same, so the config is made once per distinct one."""
+    return _clamped_timing(message.number, message.repeat, message.min_repeat_ms, message.warmup,
+                           message.build_timeout_s, message.run_timeout_s)
+
+
+@functools.lru_cache(maxsize=256)  # NaN never equals itself: such keys miss, bounded by the size
+def _clamped_timing(number: int, repeat: int, min_repeat_ms: float, warmup: int, build_timeout_s: float,
+                    run_timeout_s: float) -> TimingConfig:
+    return timing_from_proto(pb.Timing(number=number, repeat=repeat, min_repeat_ms=min_repeat_ms, warmup=warmup,
+                                       build_timeout_s=build_timeout_s, run_timeout_s=run_timeout_s), clamp=True)
 
 
 def capabilities_to_proto(info: DeviceInfo, agent_version: str, template_version: str,
@@ -85,11 +100,14 @@ def capabilities_from_json(data: dict, templates: Sequence[str] = ()) -> pb.Capa
     return caps
 
 
+_SORTED_JSON = json.JSONEncoder(sort_keys=True)  # json.dumps(..., sort_keys=True) without a new encoder per call
+
+
 def result_to_proto(lease_id: str, result: MeasureResult) -> pb.Measurement:
     return pb.Measurement(
-        lease_id=lease_id, status=result.status.value, costs=list(result.costs),
+        lease_id=lease_id, status=result.status.value, costs=result.costs,
         compile_time_s=result.compile_time_s, message=result.message,
-        details_json=json.dumps(result.details, sort_keys=True) if result.details else "",
+        details_json=_SORTED_JSON.encode(result.details) if result.details else "",
     )
 
 

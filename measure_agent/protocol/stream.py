@@ -12,8 +12,7 @@ import logging
 import queue
 import threading
 import time
-from collections import deque
-from typing import Iterator
+from typing import Callable, Iterator
 
 import grpc
 
@@ -26,7 +25,7 @@ from measure_agent.protocol.v2 import agent_pb2_grpc as pb_grpc
 
 logger = logging.getLogger("tunefleet.agent")
 
-_END = object()  # closes the request iterator
+_END = object()  # closes the request iterator, and ends the inbox after the last lease
 
 
 class AgentStream:
@@ -35,8 +34,12 @@ class AgentStream:
     def __init__(self, channel: grpc.Channel, metadata: tuple[tuple[str, str], ...]) -> None:
         self._requests: queue.SimpleQueue = queue.SimpleQueue()
         self._call = pb_grpc.AgentServiceStub(channel).Connect(self._outgoing(), metadata=metadata)
-        self._inbox: deque[pb1.Candidate] = deque()
-        self._changed = threading.Condition()
+        # leased candidates, then _END once the stream ended: a queue whose wait and wake-up are
+        # C (a Condition's are Python, and its waiter woke to contend for the reader's lock)
+        self._inbox: queue.SimpleQueue = queue.SimpleQueue()
+        # what take_when_leased arranged (how many, and whom to hand them), until it is done
+        self._waiting: tuple[int, Callable[[list[pb1.Candidate]], None]] | None = None
+        self._waiting_lock = threading.Lock()
         self._ended = threading.Event()
         self.error: FleetError | None = None
         self.leader_hint: str | None = None  # the leader a standby named when it refused the stream
@@ -76,14 +79,52 @@ class AgentStream:
     def take(self, most: int, wait_s: float) -> list[pb1.Candidate]:
         """Up to ``most`` leased candidates, waiting up to ``wait_s`` for the first (fewer when the
         stream ends)."""
-        deadline = time.monotonic() + wait_s
-        with self._changed:
-            while not self._inbox and not self._ended.is_set():
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return []
-                self._changed.wait(remaining)
-            return [self._inbox.popleft() for _ in range(min(most, len(self._inbox)))]
+        try:
+            first = self._inbox.get(timeout=max(0.0, wait_s))
+        except queue.Empty:
+            return []
+        taken: list[pb1.Candidate] = []
+        item = first
+        while True:
+            if item is _END:
+                self._inbox.put(_END)  # the stream stays ended for later takes
+                break
+            taken.append(item)
+            if len(taken) >= most:
+                break
+            try:
+                item = self._inbox.get_nowait()
+            except queue.Empty:
+                break
+        return taken
+
+    def take_when_leased(self, most: int, deliver: Callable[[list[pb1.Candidate]], None]) -> None:
+        """Call ``deliver`` once with what :meth:`take` would return (up to ``most`` candidates; none
+        once the stream ended): at once, in this thread, when candidates are queued or the stream
+        ended, else in the reader's thread when the next leases come or the stream ends; until then
+        :meth:`cancel_take` withdraws it. ``deliver`` must be quick and must not raise.
+
+        An agent hands the leases to the thread that builds them ahead: woken once, with them,
+        instead of once to wait for them in :meth:`take` and once more when they come."""
+        with self._waiting_lock:
+            if self._inbox.empty():  # the end of the stream queues _END: not empty then
+                self._waiting = (most, deliver)
+                return
+        deliver(self.take(most, 0.0))
+
+    def cancel_take(self) -> bool:
+        """Withdraw what :meth:`take_when_leased` arranged; False when it was done already (or none was)."""
+        with self._waiting_lock:
+            waiting, self._waiting = self._waiting, None
+        return waiting is not None
+
+    def _deliver_waiting(self) -> None:
+        """Reader thread, after queueing leases or the end of the stream."""
+        with self._waiting_lock:
+            waiting, self._waiting = self._waiting, None
+        if waiting is not None:
+            most, deliver = waiting
+            deliver(self.take(most, 0.0))
 
     def leave(self, timeout_s: float = 5.0) -> None:
         """Say goodbye after whatever was queued (results first) and wait for the daemon to close."""
@@ -109,9 +150,9 @@ class AgentStream:
                 self._last_heard = time.monotonic()
                 kind = message.WhichOneof("kind")
                 if kind == "leases":
-                    with self._changed:
-                        self._inbox.extend(message.leases.candidates)
-                        self._changed.notify_all()
+                    for candidate in message.leases.candidates:
+                        self._inbox.put(candidate)
+                    self._deliver_waiting()
                 elif kind == "welcome":
                     self.agent_id = message.welcome.agent_id
                     self.heartbeat_interval_s = message.welcome.heartbeat_interval_s or 2.0
@@ -126,9 +167,9 @@ class AgentStream:
                 self.leader_hint = leader_hint(exc)  # None unless a standby answered
                 self.error = _stream_error(exc)
         finally:
-            with self._changed:
-                self._ended.set()
-                self._changed.notify_all()
+            self._ended.set()
+            self._inbox.put(_END)  # wakes a take waiting for candidates
+            self._deliver_waiting()
             welcomed.set()
             self._requests.put(_END)
 

@@ -83,6 +83,7 @@ class BoolKnob(ChoiceKnob):
 
     def from_json(self, raw: Any) -> Any:
         if isinstance(raw, bool):
+            self.index_of(raw)  # a knob may allow only one of them
             return raw
         raise ConfigError(f"value {raw!r} of knob {self.name} is not true or false")
 

@@ -167,8 +167,13 @@ class ConfigSpace:
         missing = [k for k in self.knob_names if k not in obj]
         if missing:
             raise ConfigError(f"config lacks knob {missing[0]!r}")
+        # Each knob's from_json returns a member of the knob (or raises): what make() would check
+        # again; only the constraints are left to check.
         values = {name: self._by_name[name].from_json(obj[name]) for name in self.knob_names}
-        return self.make(values)
+        for c in self.constraints:
+            if not c.holds(values):
+                raise ConfigError(f"config violates constraint: {c.description}")
+        return Config(tuple(values.items()))
 
     def validate(self, config: Config) -> None:
         names = [k for k, _ in config.items]
