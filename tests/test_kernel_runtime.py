@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from measure_agent.engine import MeasureEngine, MeasureInput, MeasureStatus, TimingConfig
@@ -135,3 +136,31 @@ def test_the_application_runs_kernels_with_the_settings_the_engine_measured_with
     assert measured["threading_layer"] is not None
     assert {k: v for k, v in measured["codegen"].items()} == dict(expected.codegen)
     assert applied["runtime"] == expected.environment()
+
+
+def test_every_application_thread_calls_with_the_measured_thread_count():
+    """numba's thread count belongs to the calling thread: a kernel first called from a new thread
+    sets it there too, once."""
+    import threading
+
+    import numba
+
+    from measure_agent.templates import KernelSource
+    from measure_agent.workload import parse_workload
+    from tuner.apply import TunedKernel
+
+    seen = []
+
+    def kernel(a, b, out):  # stands in for the numba dispatcher: what count is it called with?
+        seen.append(numba.get_num_threads())
+
+    workload = parse_workload("matmul(M=2,N=2,K=2)")
+    tuned = TunedKernel(workload, "cpu", {}, "default", kernel, KernelSource(text="", entry="matmul"),
+                        [(2, 2), (2, 2)], runtime=KernelRuntime(num_threads=1))
+    a = np.ones((2, 2), np.float32)
+    worker = threading.Thread(target=lambda: [tuned(a, a) for _ in range(2)])
+    tuned(a, a)
+    worker.start()
+    worker.join()
+    numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)  # this test thread's count, as before
+    assert seen == [1, 1, 1]

@@ -114,6 +114,8 @@ class TunedKernel:
         self.runtime = runtime if runtime is not None else KernelRuntime.resolve()
         self.runtime_report: RuntimeReport | None = None  # set by warm_up
         self._threads: int | None = None  # per call, capped at numba's pool (known once it started)
+        self._calling_thread = threading.local()  # threads_set: numba's count set in this thread
+        self._runtime_args = tuple(kernel_source.runtime_args)
         self._dtype = np.dtype(workload.dtype)
         self._input_shapes = tuple(tuple(s) for s in input_shapes)
         self._output_shape = tuple(workload.spec.output_shape(workload.params))
@@ -172,14 +174,20 @@ class TunedKernel:
         return self.runtime_report
 
     def _run(self, arrays: Sequence[np.ndarray], out: np.ndarray) -> None:
+        # numba's thread count is per calling thread: an application thread gets the runtime's, set
+        # the first time it calls (asking numba every call cost more than a fast kernel's variance)
+        if not getattr(self._calling_thread, "threads_set", False):
+            self._set_threads()
+        self.kernel(*arrays, out, *self._runtime_args)
+
+    def _set_threads(self) -> None:
         import numba
 
         if self._threads is None:
             self._threads = self.runtime.call_threads()
-        # numba's thread count is per calling thread: an application thread gets the runtime's
         if numba.get_num_threads() != self._threads:
             numba.set_num_threads(self._threads)
-        self.kernel(*arrays, out, *self.kernel_source.runtime_args)
+        self._calling_thread.threads_set = True
 
 
 def best_kernel(
