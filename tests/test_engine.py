@@ -126,6 +126,14 @@ def test_an_always_busy_host_costs_at_most_three_times_the_timing():
     assert timed.wait_shares == pytest.approx([0.5, 0.5]) and timed.details()["cpu_wait_share"] == 0.5
 
 
+def test_redoing_never_takes_more_than_a_quarter_of_the_run_timeout():
+    from measure_agent.engine.worker import time_repeats
+
+    host = ScriptedHost([0.5] * 20)  # 1 ms calls x 1000 = about 1.5 s an attempt, always disturbed
+    timed = time_repeats(host.time_calls, TimingConfig(number=1000, repeat=3, run_timeout_s=10.0), host.cpu_wait)
+    assert timed.redone == 1 and host.attempts == 3 + 1  # 2.5 s of redo allowed: one 1.5 s attempt
+
+
 def test_without_a_wait_clock_repeats_are_taken_as_they_come():
     from measure_agent.engine.worker import time_repeats
 

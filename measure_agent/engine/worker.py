@@ -255,8 +255,9 @@ def time_repeats(time_calls, timing: TimingConfig, cpu_wait=None) -> TimedRepeat
 
     With ``cpu_wait`` (seconds this process's threads have waited for a CPU, see
     :mod:`measure_agent.engine.cpu_wait`), a repeat whose threads waited longer than
-    ``DISTURBED_WAIT_SHARE`` of it is timed again, at most ``2 * repeat`` times in all (a host that
-    is always busy costs at most three times the timing); the least disturbed attempt is kept.
+    ``DISTURBED_WAIT_SHARE`` of it is timed again, at most ``2 * repeat`` times in all and for at
+    most a quarter of ``run_timeout_s`` (a host that is always busy costs at most three times the
+    timing, and never turns a slow kernel into a run timeout); the least disturbed attempt is kept.
     """
     number = timing.number
     if timing.min_repeat_ms > 0:
@@ -270,6 +271,7 @@ def time_repeats(time_calls, timing: TimingConfig, cpu_wait=None) -> TimedRepeat
     costs: list[float] = []
     shares: list[float] = []
     redo_left = 2 * timing.repeat
+    redo_seconds_left = timing.run_timeout_s / 4
     redone = 0
     for _ in range(timing.repeat):
         best: tuple[float, float] | None = None  # (wait share, seconds) of the least disturbed attempt
@@ -279,9 +281,10 @@ def time_repeats(time_calls, timing: TimingConfig, cpu_wait=None) -> TimedRepeat
             share = max(0.0, cpu_wait() - waited_before) / max(elapsed, 1e-9)
             if best is None or share < best[0]:
                 best = (share, elapsed)
-            if share <= DISTURBED_WAIT_SHARE or redo_left == 0:
+            if share <= DISTURBED_WAIT_SHARE or redo_left == 0 or redo_seconds_left < elapsed:
                 break
             redo_left -= 1
+            redo_seconds_left -= elapsed
             redone += 1
         shares.append(best[0])
         costs.append(best[1] / number)
