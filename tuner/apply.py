@@ -115,7 +115,6 @@ class TunedKernel:
         self.runtime_report: RuntimeReport | None = None  # set by warm_up
         self._threads: int | None = None  # per call, capped at numba's pool (known once it started)
         self._calling_thread = threading.local()  # threads_set: numba's count set in this thread
-        self._runtime_args = tuple(kernel_source.runtime_args)
         self._dtype = np.dtype(workload.dtype)
         self._input_shapes = tuple(tuple(s) for s in input_shapes)
         self._output_shape = tuple(workload.spec.output_shape(workload.params))
@@ -178,7 +177,7 @@ class TunedKernel:
         # the first time it calls (asking numba every call cost more than a fast kernel's variance)
         if not getattr(self._calling_thread, "threads_set", False):
             self._set_threads()
-        self.kernel(*arrays, out, *self._runtime_args)
+        self.kernel(*arrays, out, *self.kernel_source.runtime_args)
 
     def _set_threads(self) -> None:
         import numba

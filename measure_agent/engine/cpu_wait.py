@@ -39,7 +39,6 @@ def process_cpu_wait() -> float:
 def cpu_wait_clock() -> Callable[[], float] | None:
     """:func:`process_cpu_wait` where this system keeps the counts, else None."""
     try:
-        process_cpu_wait()
         with open(f"{_TASKS}/{os.getpid()}/schedstat", "rb") as stat:
             int(stat.read().split()[1])
     except (OSError, IndexError, ValueError):

@@ -146,10 +146,7 @@ def gemm_default(shape: GemmShape, dtype: str, space: ConfigSpace, flops: int) -
         tile_m = _row_blocks(space, shape, mr)
         axis = "n"
     tile_n = _column_blocks(space, shape, tile_m, nr)
-    if axis == "n" and vt.registers >= 32 and tile_m[-1] == 8 and tile_n[-1] == lanes:
-        # A narrow B (N of 16-31 float32 on AVX-512) leaves a tile 8 rows x one vector, which LLVM
-        # compiles to gathers from A read in place: one thread, batch_matmul 8 x 256 x 16 x 256 ran
-        # 4.7 GFLOPS; 4 rows x one vector ran 57.5 (the matmul template's default: see matmul.py).
+    if axis == "n" and vt.gathers_from_a(tile_m[-1], tile_n[-1], dtype):  # a narrow B (N of 16-31 float32)
         tile_m = _row_blocks(space, shape, 4)
         tile_n = _column_blocks(space, shape, tile_m, nr)
     values = {

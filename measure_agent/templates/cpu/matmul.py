@@ -159,10 +159,7 @@ class MatmulCpuTemplate(Template):
         nr = nr_vectors * vt.lanes(dtype)
         parallel = m * n * k >= 64**3
         tile_n = pick_split(space.knob("tile_n"), inner_at_most=nr, block_at_most=n)
-        if vt.registers >= 32 and mr == 8 and tile_n[-1] == vt.lanes(dtype):
-            # A narrow B (N of 16-31 float32 on AVX-512) leaves a tile 8 rows x one vector, which LLVM
-            # compiles to gathers from A read in place: one thread, 1024 x 16 x 1024 ran 5.0 GFLOPS and
-            # 512 x 24 x 512 3.8; 4 rows x one vector ran 79.6 and 67.3.
+        if vt.gathers_from_a(mr, tile_n[-1], dtype):  # a narrow B (N of 16-31 float32)
             mr = 4
         tile_m = pick_split(space.knob("tile_m"), inner_at_most=mr, block_at_most=max(1, min(16 * mr, m // 4)))
         axis = "m"
