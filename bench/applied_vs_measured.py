@@ -7,7 +7,8 @@ interleaved round after round so that both sides see the same host load:
 
 - **engine**: the run worker measures the recorded best config again (what the tuner would record now);
 - **applied**: a fresh Python process calls ``tuner.best_kernel(workload, device_key, db=log)`` and times
-  the returned kernel exactly as the run worker times (``timed_costs``: ``warmup`` calls, then
+  the returned kernel exactly as the run worker times (``time_kernel_calls`` through the same
+  ``KernelCall`` path, in ``timed_costs``: ``warmup`` calls, then
   ``repeat`` repeats of ``number`` back-to-back calls, ``number`` grown until a repeat lasts
   ``min_repeat_ms``, a repeat whose threads waited for a CPU timed again; the mean of the repeats),
   on the same inputs (``make_problem``), through the
@@ -71,14 +72,15 @@ OPERATORS = {
     "depthwise_conv2d_nhwc": "depthwise_conv2d_nhwc(N=1,C=72,H=56,W=56,R=5,S=5,stride=2,pad=2)",
 }
 
-# The application: best_kernel in a fresh process, timed as the run worker times (worker.timed_costs).
+# The application: best_kernel in a fresh process, timed as the run worker times (time_kernel_calls).
 APPLICATION = r"""
 import json, sys
 import numpy as np
 import tuner
 from measure_agent.engine.checking import make_problem
 from measure_agent.engine.cpu_wait import cpu_wait_clock
-from measure_agent.engine.worker import time_calls_of, timed_costs
+from measure_agent.engine.kernel_call import time_kernel_calls
+from measure_agent.engine.worker import timed_costs
 from measure_agent.engine import TimingConfig
 
 workload, device_key, db, cache_dir, timing = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], json.loads(sys.argv[5])
@@ -88,7 +90,7 @@ problem = make_problem(kernel.workload)
 out = np.empty(kernel.workload.spec.output_shape(kernel.workload.params), dtype=kernel.workload.dtype)
 for _ in range(max(1, timing.warmup)):
     kernel(*problem.inputs, out=out)
-costs, number = timed_costs(lambda n: time_calls_of(lambda: kernel(*problem.inputs, out=out), n), timing,
+costs, number = timed_costs(lambda n: time_kernel_calls(kernel, problem.inputs, out, n), timing,
                             cpu_wait_clock())
 print(json.dumps({"mean_s": sum(costs) / len(costs), "number": number, "kind": kernel.kind,
                   "config": kernel.config, "runtime": kernel.runtime_report.to_json()}))

@@ -50,10 +50,16 @@ def test_runtime_resolves_defaults_then_what_the_operator_exported():
     env = exported.environment()
     assert env["NUMBA_OPT"] == "3"  # what kernels need is never overridden
     assert env["NUMBA_CPU_FEATURES"].endswith("-prefer-256-bit") and env["NUMBA_NUM_THREADS"] == "1"
+    # libgomp's spin before sleeping: unset unless exported, then carried to the workers as given
+    assert plain.spin_count is None and "GOMP_SPINCOUNT" not in plain.environment()
+    spinning = KernelRuntime.resolve({"GOMP_SPINCOUNT": " 30000 "})
+    assert spinning.spin_count == 30000 and spinning.environment()["GOMP_SPINCOUNT"] == "30000"
 
 
 @pytest.mark.parametrize("name, value", [("NUMBA_NUM_THREADS", "two"), ("NUMBA_NUM_THREADS", "0"),
-                                         ("OMP_WAIT_POLICY", "sometimes"), ("NUMBA_THREADING_LAYER", "gcd")])
+                                         ("OMP_WAIT_POLICY", "sometimes"), ("NUMBA_THREADING_LAYER", "gcd"),
+                                         ("GOMP_SPINCOUNT", "lots"), ("GOMP_SPINCOUNT", "-1"),
+                                         ("GOMP_SPINCOUNT", "1" + "0" * 40)])
 def test_a_bad_exported_setting_is_a_one_line_error(name, value):
     with pytest.raises(RuntimeSettingsError, match=name) as error:
         KernelRuntime.resolve({name: value})
@@ -117,11 +123,12 @@ def _applied_runtime(cache_dir: Path, db: Path, tmp_path: Path) -> dict:
     return applied
 
 
-@pytest.mark.parametrize("exported", [{}, {"OMP_WAIT_POLICY": "active", "NUMBA_NUM_THREADS": "1"}],
-                         ids=["defaults", "operator-exported"])
+@pytest.mark.parametrize("exported", [{}, {"OMP_WAIT_POLICY": "active", "NUMBA_NUM_THREADS": "1"},
+                                      {"GOMP_SPINCOUNT": "20000"}],
+                         ids=["defaults", "operator-exported", "bounded-spin"])
 def test_the_application_runs_kernels_with_the_settings_the_engine_measured_with(
         exported, monkeypatch, kernel_cache_dir, tmp_path):
-    for name in ("OMP_WAIT_POLICY", "NUMBA_NUM_THREADS", "NUMBA_THREADING_LAYER"):
+    for name in ("OMP_WAIT_POLICY", "NUMBA_NUM_THREADS", "NUMBA_THREADING_LAYER", "GOMP_SPINCOUNT"):
         monkeypatch.delenv(name, raising=False)
     for name, value in exported.items():
         monkeypatch.setenv(name, value)  # the engine's environment and the application's alike
@@ -132,6 +139,7 @@ def test_the_application_runs_kernels_with_the_settings_the_engine_measured_with
     assert applied["report"] == measured
     expected = KernelRuntime.resolve()
     assert measured["wait_policy"] == expected.wait_policy == exported.get("OMP_WAIT_POLICY", "passive")
+    assert measured["spin_count"] == exported.get("GOMP_SPINCOUNT")
     assert measured["num_threads"] == measured["pool_threads"] == expected.num_threads
     assert measured["threading_layer"] is not None
     assert {k: v for k, v in measured["codegen"].items()} == dict(expected.codegen)
@@ -156,7 +164,7 @@ def test_every_application_thread_calls_with_the_measured_thread_count():
 
     workload = parse_workload("matmul(M=2,N=2,K=2)")
     tuned = TunedKernel(workload, "cpu", {}, "default", kernel, KernelSource(text="", entry="matmul"),
-                        [(2, 2), (2, 2)], runtime=KernelRuntime(num_threads=1))
+                        runtime=KernelRuntime(num_threads=1))
     a = np.ones((2, 2), np.float32)
     worker = threading.Thread(target=lambda: [tuned(a, a) for _ in range(2)])
     tuned(a, a)

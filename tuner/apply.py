@@ -57,11 +57,12 @@ import threading
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import numpy as np
 
 from measure_agent.engine.build import default_kernel_cache_dir, source_digest
+from measure_agent.engine.kernel_call import KernelCall
 from measure_agent.engine.runtime import KernelRuntime, RuntimeReport, runtime_in_effect
 from measure_agent.templates import KernelSource, default_catalog
 from measure_agent.workload import Workload, parse_workload
@@ -79,12 +80,14 @@ class NotTunedWarning(UserWarning):
     """``best_kernel`` did not find a config tuned for exactly this workload and device."""
 
 
-class TunedKernel:
+class TunedKernel(KernelCall):
     """A compiled kernel for one workload, and where its config came from.
 
     Call it with the operator's inputs (numpy arrays of the workload's dtype and shapes; other
     layouts are made C-contiguous) and it returns the output array: ``C = f(A, B)`` for matmul.
-    ``out=`` may pass a preallocated C-contiguous output.
+    ``out=`` may pass a preallocated C-contiguous output. The call is
+    :class:`~measure_agent.engine.kernel_call.KernelCall`'s, the one the engine's run worker timed
+    (its checks and thread count included), so a kernel applied runs as it was measured.
 
     Attributes: ``workload`` (:class:`Workload`), ``target``, ``config`` (JSON form), ``kind``
     (``"tuned"``, ``"approximate"`` or ``"default"``) and the booleans ``tuned``, ``approximate``,
@@ -96,28 +99,21 @@ class TunedKernel:
     """
 
     def __init__(self, workload: Workload, target: str, config: dict[str, Any], kind: str, kernel: Callable,
-                 kernel_source: KernelSource, input_shapes: Sequence[tuple[int, ...]], *,
-                 tuned_workload: str | None = None, device_key: str | None = None, mean_s: float | None = None,
-                 numba_environment_applied: bool = True, runtime: KernelRuntime | None = None) -> None:
+                 kernel_source: KernelSource, *, tuned_workload: str | None = None, device_key: str | None = None,
+                 mean_s: float | None = None, numba_environment_applied: bool = True,
+                 runtime: KernelRuntime | None = None) -> None:
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}, not {kind!r}")
-        self.workload = workload
+        super().__init__(kernel, workload, kernel_source.runtime_args, runtime)
         self.target = target
         self.config = config
         self.kind = kind
-        self.kernel = kernel
         self.kernel_source = kernel_source
         self.tuned_workload = tuned_workload
         self.device_key = device_key
         self.mean_s = mean_s
         self.numba_environment_applied = numba_environment_applied
-        self.runtime = runtime if runtime is not None else KernelRuntime.resolve()
         self.runtime_report: RuntimeReport | None = None  # set by warm_up
-        self._threads: int | None = None  # per call, capped at numba's pool (known once it started)
-        self._calling_thread = threading.local()  # threads_set: numba's count set in this thread
-        self._dtype = np.dtype(workload.dtype)
-        self._input_shapes = tuple(tuple(s) for s in input_shapes)
-        self._output_shape = tuple(workload.spec.output_shape(workload.params))
 
     @property
     def tuned(self) -> bool:
@@ -137,28 +133,6 @@ class TunedKernel:
                  "default": "default config"}[self.kind]
         return f"<TunedKernel {self.workload.key} ({where})>"
 
-    def __call__(self, *inputs: Any, out: np.ndarray | None = None) -> np.ndarray:
-        if len(inputs) != len(self._input_shapes):
-            raise TypeError(f"{self.workload.op} takes {len(self._input_shapes)} input arrays, got {len(inputs)}")
-        arrays = []
-        for index, (value, shape) in enumerate(zip(inputs, self._input_shapes)):
-            array = np.ascontiguousarray(value)
-            if array.dtype != self._dtype:
-                raise TypeError(f"input {index} of {self.workload.key} must be {self._dtype}, not {array.dtype}")
-            if array.shape != shape:
-                raise ValueError(f"input {index} of {self.workload.key} must have shape {shape}, not {array.shape}")
-            arrays.append(array)
-        if out is None:
-            out = np.empty(self._output_shape, dtype=self._dtype)
-        elif (not isinstance(out, np.ndarray) or out.shape != self._output_shape or out.dtype != self._dtype
-              or not out.flags.c_contiguous or not out.flags.writeable):
-            raise ValueError(f"out must be a writeable C-contiguous {self._dtype} array of shape {self._output_shape}")
-        elif any(np.shares_memory(out, array) for array in arrays):
-            # the kernels read their inputs while writing the output: an overlap would be read half-written
-            raise ValueError("out must not share memory with an input")
-        self._run(arrays, out)
-        return out
-
     def warm_up(self, calls: int | None = None) -> RuntimeReport:
         """Call the kernel ``calls`` times (default ``runtime.warmup_calls``) on zeros, as the run
         worker warms up before timing: numba starts its threads and the code is paged in before the
@@ -168,25 +142,9 @@ class TunedKernel:
             arrays = [np.zeros(shape, dtype=self._dtype) for shape in self._input_shapes]
             out = np.empty(self._output_shape, dtype=self._dtype)
             for _ in range(calls):
-                self._run(arrays, out)
+                self(*arrays, out=out)
         self.runtime_report = runtime_in_effect()
         return self.runtime_report
-
-    def _run(self, arrays: Sequence[np.ndarray], out: np.ndarray) -> None:
-        # numba's thread count is per calling thread: an application thread gets the runtime's, set
-        # the first time it calls (asking numba every call cost more than a fast kernel's variance)
-        if not getattr(self._calling_thread, "threads_set", False):
-            self._set_threads()
-        self.kernel(*arrays, out, *self.kernel_source.runtime_args)
-
-    def _set_threads(self) -> None:
-        import numba
-
-        if self._threads is None:
-            self._threads = self.runtime.call_threads()
-        if numba.get_num_threads() != self._threads:
-            numba.set_num_threads(self._threads)
-        self._calling_thread.threads_set = True
 
 
 def best_kernel(
@@ -243,7 +201,7 @@ def best_kernel(
     directory = Path(cache_dir) if cache_dir is not None else default_kernel_cache_dir()
     kernel = _compiled(workload, source, directory)
     tuned_kernel = TunedKernel(workload, target, config.to_json(), kind, kernel, source,
-                               workload.spec.input_shapes(workload.params), tuned_workload=tuned_workload,
+                               tuned_workload=tuned_workload,
                                device_key=matched_device, mean_s=mean_s,
                                numba_environment_applied=env_applied, runtime=runtime)
     tuned_kernel.warm_up()

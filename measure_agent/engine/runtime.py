@@ -34,6 +34,13 @@ WAIT_POLICIES = ("passive", "active")
 # 0.5 ms parallel kernel took 7 ms); waiting passively it took its serial time or less.
 DEFAULT_WAIT_POLICY = "passive"
 DEFAULT_THREADING_LAYER = "default"
+# libgomp's GOMP_SPINCOUNT: how long (in busy-wait iterations, ~100,000 a millisecond by libgomp's
+# own estimate) a thread spins before it sleeps, under either wait policy. Not set by default
+# (passive: sleep at once). A bounded spin keeps a small kernel's threads awake between back-to-back
+# calls (quiet 2-core host: dense 1x1000x2048 156 -> 80 us, matmul 128^3 100 -> 34-44 us) but costs
+# a host busier than its cores (docs/applying.md), so it is the operator's choice, measured and
+# applied alike.
+MAX_SPIN_COUNT = 10**10
 
 
 class RuntimeSettingsError(ValueError):
@@ -50,7 +57,9 @@ def default_thread_count() -> int:
 
 @dataclass(frozen=True)
 class KernelRuntime:
-    """How a process runs kernels. ``codegen``: numba's code-generation variables (sorted pairs);
+    """How a process runs kernels. ``spin_count``: libgomp's ``GOMP_SPINCOUNT`` when the operator
+    exported one (``None``: libgomp's default for the wait policy; passive sleeps at once);
+    ``codegen``: numba's code-generation variables (sorted pairs);
     ``warmup_calls``: untimed calls an applied kernel makes when it is created (the run worker warms
     up per :class:`~measure_agent.engine.types.TimingConfig` before timing), so that the thread pool is
     started and the code paged in before the application's first real call."""
@@ -60,6 +69,7 @@ class KernelRuntime:
     wait_policy: str = DEFAULT_WAIT_POLICY
     codegen: tuple[tuple[str, str], ...] = ()
     warmup_calls: int = 1
+    spin_count: int | None = None
 
     def __post_init__(self) -> None:
         if self.threading_layer not in THREADING_LAYERS:
@@ -70,6 +80,10 @@ class KernelRuntime:
         if self.wait_policy not in WAIT_POLICIES:
             raise RuntimeSettingsError(f"OMP_WAIT_POLICY must be one of {', '.join(WAIT_POLICIES)}, "
                                        f"not {self.wait_policy!r}")
+        if self.spin_count is not None and (isinstance(self.spin_count, bool) or not isinstance(self.spin_count, int)
+                                            or not 0 <= self.spin_count <= MAX_SPIN_COUNT):
+            raise RuntimeSettingsError(f"GOMP_SPINCOUNT must be a whole number from 0 to {MAX_SPIN_COUNT}, "
+                                       f"not {self.spin_count!r}")
         if self.warmup_calls < 0:
             raise RuntimeSettingsError(f"warmup_calls must be >= 0, not {self.warmup_calls!r}")
 
@@ -83,17 +97,25 @@ class KernelRuntime:
             threads = int(threads_text) if threads_text else default_thread_count()
         except ValueError:
             raise RuntimeSettingsError(f"NUMBA_NUM_THREADS must be a whole number >= 1, not {threads_text!r}") from None
+        spin_text = environ.get("GOMP_SPINCOUNT", "").strip()
+        try:
+            spin_count = int(spin_text) if spin_text else None
+        except ValueError:
+            raise RuntimeSettingsError(f"GOMP_SPINCOUNT must be a whole number from 0 to {MAX_SPIN_COUNT}, "
+                                       f"not {spin_text!r}") from None
         codegen = {**build.codegen_environment(host_features), **_exported_codegen(environ), **NUMBA_ENVIRONMENT}
         return cls(threading_layer=environ.get("NUMBA_THREADING_LAYER", "").strip().lower() or DEFAULT_THREADING_LAYER,
                    num_threads=threads,
                    wait_policy=environ.get("OMP_WAIT_POLICY", "").strip().lower() or DEFAULT_WAIT_POLICY,
-                   codegen=tuple(sorted(codegen.items())))
+                   codegen=tuple(sorted(codegen.items())), spin_count=spin_count)
 
     def environment(self) -> dict[str, str]:
         """The variables that carry these settings into a process started with them."""
+        spin = {} if self.spin_count is None else {"GOMP_SPINCOUNT": str(self.spin_count)}
         return {"NUMBA_THREADING_LAYER": self.threading_layer,
                 "NUMBA_NUM_THREADS": str(self.num_threads),
                 "OMP_WAIT_POLICY": self.wait_policy,
+                **spin,
                 **dict(self.codegen)}
 
     def apply(self, environ: MutableMapping[str, str] | None = None) -> bool:
@@ -110,7 +132,7 @@ class KernelRuntime:
         for name, value in self.environment().items():
             if name == "NUMBA_NUM_THREADS" and numba_imported:
                 continue  # numba sized its pool at import: changing it now makes numba raise
-            if launched and name in ("NUMBA_THREADING_LAYER", "OMP_WAIT_POLICY"):
+            if launched and name in ("NUMBA_THREADING_LAYER", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT"):
                 continue  # read when the threads started: too late, and a value that lies
             environ[name] = value
         if numba_imported and not launched and environ is os.environ:
@@ -146,6 +168,7 @@ class RuntimeReport:
     pool_threads: int
     wait_policy: str | None
     codegen: dict[str, str]
+    spin_count: str | None = None
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -153,7 +176,8 @@ class RuntimeReport:
 
 def runtime_in_effect() -> RuntimeReport:
     """What numba uses in this process: threading layer, threads per call and pool size, the
-    OpenMP wait policy in the environment and the code-generation settings numba's config holds."""
+    OpenMP wait policy and spin count in the environment and the code-generation settings numba's
+    config holds."""
     import numba
     from numba.core import config
 
@@ -172,7 +196,7 @@ def runtime_in_effect() -> RuntimeReport:
         codegen["NUMBA_CPU_NAME"] = str(config.CPU_NAME)
     return RuntimeReport(threading_layer=layer, num_threads=num_threads,
                          pool_threads=int(config.NUMBA_NUM_THREADS), wait_policy=os.environ.get("OMP_WAIT_POLICY"),
-                         codegen=codegen)
+                         codegen=codegen, spin_count=os.environ.get("GOMP_SPINCOUNT"))
 
 
 __all__ = ["KernelRuntime", "RuntimeReport", "RuntimeSettingsError", "THREADING_LAYERS", "WAIT_POLICIES",

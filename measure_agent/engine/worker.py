@@ -40,7 +40,8 @@ from measure_agent.device import cuda_simulated, detect_device
 from measure_agent.engine.build import compile_cuda_kernel, compile_kernel, load_kernel, source_digest
 from measure_agent.engine.checking import Problem, check_output, make_problem
 from measure_agent.engine.cpu_wait import DISTURBED_WAIT_SHARE, cpu_wait_clock
-from measure_agent.engine.runtime import runtime_in_effect
+from measure_agent.engine.kernel_call import KernelCall, time_kernel_calls
+from measure_agent.engine.runtime import KernelRuntime, runtime_in_effect
 from measure_agent.engine.types import MeasureStatus, TimingConfig
 from measure_agent.space import ConfigError
 from measure_agent.templates import TemplateCatalog, load_catalog
@@ -63,6 +64,7 @@ class Worker:
         self._problems: dict[str, Problem] = {}
         self._device_inputs: dict[str, tuple] = {}  # CUDA: the problem's inputs on the device
         self._cpu_wait = cpu_wait_clock()  # None where the system does not count it
+        self.runtime = KernelRuntime.resolve()  # what the parent started this process with
 
     def handle(self, request: dict, answer_stage=None) -> dict:
         """The final answer to ``request``. A ``run`` with ``"load_first": true`` loads (or
@@ -133,12 +135,14 @@ class Worker:
         if kernel_source.launch == "cuda":
             return self._run_cuda(workload, kernel, kernel_source, timing)
         problem = self._problem(workload)
-        args = self._call_args(workload, kernel_source, problem.inputs)
-        out = args[len(problem.inputs)]
+        # the call an application makes through tuner.best_kernel: timed here with its checks
+        call = KernelCall(kernel, workload, kernel_source.runtime_args, self.runtime)
+        inputs = problem.inputs
+        out = np.empty(workload.spec.output_shape(workload.params), dtype=workload.dtype)
         out.fill(np.nan)  # a kernel that leaves elements unwritten must not pass by luck
         try:
             for _ in range(max(1, timing.warmup)):
-                kernel(*args)
+                call(*inputs, out=out)
         except Exception as exc:  # noqa: BLE001
             raise CandidateError(MeasureStatus.RUNTIME_ERROR, _one_line(exc)) from None
         # what numba runs it with, read back (an application's best_kernel reports the same); this
@@ -155,7 +159,7 @@ class Worker:
             }
         try:
             # on the host's CPU: repeats that other work on the host slowed are timed again
-            timed = time_repeats(lambda n: _time_calls(kernel, args, n), timing, self._cpu_wait)
+            timed = time_repeats(lambda n: time_kernel_calls(call, inputs, out, n), timing, self._cpu_wait)
         except Exception as exc:  # noqa: BLE001
             raise CandidateError(MeasureStatus.RUNTIME_ERROR, _one_line(exc)) from None
         details["number"] = timed.number
@@ -295,13 +299,6 @@ def timed_costs(time_calls, timing: TimingConfig, cpu_wait=None) -> tuple[list[f
     """Seconds per call for each repeat and the calls per repeat (:func:`time_repeats`)."""
     timed = time_repeats(time_calls, timing, cpu_wait)
     return timed.costs, timed.number
-
-
-def _time_calls(kernel, args, number: int) -> float:
-    start = time.perf_counter()
-    for _ in range(number):
-        kernel(*args)
-    return time.perf_counter() - start
 
 
 def time_calls_of(call, number: int) -> float:
