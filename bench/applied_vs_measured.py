@@ -129,7 +129,7 @@ def main() -> int:
         with TuningLog(f"sqlite:///{db}") as log:
             # tuned as `tuner tune` tunes: the embedded daemon and its local agent
             with local_fleet(log, device_key, parallel=args.workers, cache_dir=cache_dir, device=device,
-                             quiet_runs=not args.proposals_overlap_runs) as daemon, \
+                             agents_share_host=not args.proposals_overlap_runs) as daemon, \
                     FleetClient(daemon.address) as client:
                 for op in ops:
                     start = time.monotonic()

@@ -190,7 +190,7 @@ class TuningJob:
         # the default is measured for the speed-up report, unless the user's pins exclude it
         pending_default = self.default_config.digest not in measured and self.space.is_valid(self.default_config)
         in_flight: set[str] = set()
-        quiet_runs = self.measurer.shares_cpu_with_tuner and self.template.timed_on_host_cpu
+        between_batches = self.measurer.shares_cpu_with_tuner and self.template.timed_on_host_cpu
         unlogged = _HeldResults(self.log, self.on_note)  # measured, not yet in the log (it is away)
         final_status: str | None = "failed"
         try:
@@ -206,7 +206,7 @@ class TuningJob:
                 room = min(window - len(in_flight), opts.trials - len(measured) - len(in_flight))
                 # Proposing (a model fit, ranking the space) on the cores a kernel is being timed on
                 # takes them from its threads: where they are shared, propose between batches.
-                ready_for_more = not in_flight if quiet_runs else len(in_flight) <= window - chunk
+                ready_for_more = not in_flight if between_batches else len(in_flight) <= window - chunk
                 if not stopped_early and not unlogged and room > 0 and ready_for_more:
                     batch: list[Config] = []
                     if pending_default:

@@ -24,14 +24,14 @@ from tuner.log import TuningLog
 @contextmanager
 def local_fleet(log: TuningLog, device_key: str, parallel: int = 1, catalog: str = "default",
                 cache_dir: Path | None = None, device: DeviceInfo | None = None,
-                quiet_runs: bool = True) -> Iterator[Daemon]:
+                agents_share_host: bool = True) -> Iterator[Daemon]:
     """A started daemon on 127.0.0.1 with one agent of ``device_key`` joined; both stop on exit.
 
-    The agent times kernels on this process's CPU: with ``quiet_runs`` (the default) jobs of CPU
-    kernels propose only between batches (``Daemon(agents_share_host=True)``); False is for
-    benchmarks that show what proposing during timings costs."""
+    The agent times kernels on this process's CPU, so by default the daemon is told so
+    (``Daemon(agents_share_host=True)``: jobs of CPU kernels propose only between batches); False
+    is for benchmarks that show what proposing during timings costs."""
     daemon = Daemon(log, "127.0.0.1:0", catalog=load_catalog(catalog), heartbeat_interval_s=1.0,
-                    agent_timeout_s=30.0, agents_share_host=quiet_runs).start()
+                    agent_timeout_s=30.0, agents_share_host=agents_share_host).start()
     agent = Agent(daemon.address, device_key, name="local", parallel=parallel, catalog=catalog,
                   cache_dir=cache_dir, lease_wait_s=1.0, device=device)
     errors: list[BaseException] = []
