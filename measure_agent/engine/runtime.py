@@ -37,7 +37,7 @@ DEFAULT_THREADING_LAYER = "default"
 # libgomp's GOMP_SPINCOUNT: how long (in busy-wait iterations, ~100,000 a millisecond by libgomp's
 # own estimate) a thread spins before it sleeps, under either wait policy. Not set by default
 # (passive: sleep at once). A bounded spin keeps a small kernel's threads awake between back-to-back
-# calls (quiet 2-core host: dense 1x1000x2048 156 -> 80 us, matmul 128^3 100 -> 34-44 us) but costs
+# calls (quiet 2-core AMD EPYC: dense 1x1000x2048 156 -> 80 us, matmul 128^3 100 -> 34-44 us) but costs
 # a host busier than its cores (docs/applying.md), so it is the operator's choice, measured and
 # applied alike.
 MAX_SPIN_COUNT = 10**10
