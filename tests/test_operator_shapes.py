@@ -35,3 +35,22 @@ def test_input_shapes_are_the_shapes_of_make_inputs(op, dtype):
     assert spec.array_shapes(params) == [*shapes, spec.output_shape(params)]
     # the reference accepts them and writes the output shape
     assert spec.reference(params, *inputs).shape == spec.output_shape(params)
+
+
+@pytest.mark.parametrize("op", sorted(WORKLOADS))
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_the_problems_the_engine_times_take_the_calls_fast_path(op, dtype):
+    """The run worker times through ``KernelCall``: the problem's inputs must be passed on as they
+    are (a conversion inside every timed call would be timed too)."""
+    from measure_agent.engine.checking import make_problem
+    from measure_agent.engine.kernel_call import KernelCall
+    from measure_agent.engine.runtime import KernelRuntime
+
+    workload = parse_workload(WORKLOADS[op][:-1] + f",dtype={dtype})")
+    seen = []
+    call = KernelCall(lambda *args: seen.append(args), workload, (), KernelRuntime(num_threads=1))
+    problem = make_problem(workload)
+    out = np.empty(workload.spec.output_shape(workload.params), dtype=dtype)
+    call(*problem.inputs, out=out)
+    [args] = seen
+    assert all(passed is given for passed, given in zip(args, problem.inputs)) and args[len(problem.inputs)] is out
