@@ -19,7 +19,8 @@ import pytest
 
 from measure_agent.engine import MeasureEngine, MeasureInput, MeasureStatus, TimingConfig
 from measure_agent.engine import runtime as runtime_module
-from measure_agent.engine.runtime import KernelRuntime, RuntimeSettingsError, default_thread_count
+from measure_agent.engine.runtime import (DEFAULT_SPIN_COUNT, KernelRuntime, RuntimeSettingsError,
+                                          default_thread_count)
 from measure_agent.templates import default_catalog
 from measure_agent.workload import parse_workload
 from tuner.log import TrialRecord, TuningLog
@@ -50,10 +51,13 @@ def test_runtime_resolves_defaults_then_what_the_operator_exported():
     env = exported.environment()
     assert env["NUMBA_OPT"] == "3"  # what kernels need is never overridden
     assert env["NUMBA_CPU_FEATURES"].endswith("-prefer-256-bit") and env["NUMBA_NUM_THREADS"] == "1"
-    # libgomp's spin before sleeping: unset unless exported, then carried to the workers as given
-    assert plain.spin_count is None and "GOMP_SPINCOUNT" not in plain.environment()
-    spinning = KernelRuntime.resolve({"GOMP_SPINCOUNT": " 30000 "})
-    assert spinning.spin_count == 30000 and spinning.environment()["GOMP_SPINCOUNT"] == "30000"
+    # libgomp's spin before sleeping: bounded by default, as exported otherwise; an exported active
+    # policy spins as libgomp does (no count bounds it)
+    assert plain.spin_count == DEFAULT_SPIN_COUNT > 0
+    assert plain.environment()["GOMP_SPINCOUNT"] == str(DEFAULT_SPIN_COUNT)
+    assert exported.spin_count is None and "GOMP_SPINCOUNT" not in env
+    sleeping = KernelRuntime.resolve({"GOMP_SPINCOUNT": " 0 "})
+    assert sleeping.spin_count == 0 and sleeping.environment()["GOMP_SPINCOUNT"] == "0"
 
 
 @pytest.mark.parametrize("name, value", [("NUMBA_NUM_THREADS", "two"), ("NUMBA_NUM_THREADS", "0"),
@@ -139,7 +143,9 @@ def test_the_application_runs_kernels_with_the_settings_the_engine_measured_with
     assert applied["report"] == measured
     expected = KernelRuntime.resolve()
     assert measured["wait_policy"] == expected.wait_policy == exported.get("OMP_WAIT_POLICY", "passive")
-    assert measured["spin_count"] == exported.get("GOMP_SPINCOUNT")
+    assert measured["spin_count"] == (None if expected.spin_count is None else str(expected.spin_count))
+    assert measured["spin_count"] == exported.get("GOMP_SPINCOUNT", None if "OMP_WAIT_POLICY" in exported
+                                                  else str(DEFAULT_SPIN_COUNT))
     assert measured["num_threads"] == measured["pool_threads"] == expected.num_threads
     assert measured["threading_layer"] is not None
     assert {k: v for k, v in measured["codegen"].items()} == dict(expected.codegen)

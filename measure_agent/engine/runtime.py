@@ -35,11 +35,13 @@ WAIT_POLICIES = ("passive", "active")
 DEFAULT_WAIT_POLICY = "passive"
 DEFAULT_THREADING_LAYER = "default"
 # libgomp's GOMP_SPINCOUNT: how long (in busy-wait iterations, ~100,000 a millisecond by libgomp's
-# own estimate) a thread spins before it sleeps, under either wait policy. Not set by default
-# (passive: sleep at once). A bounded spin keeps a small kernel's threads awake between back-to-back
-# calls (quiet 2-core AMD EPYC: dense 1x1000x2048 156 -> 80 us, matmul 128^3 100 -> 34-44 us) but costs
-# a host busier than its cores (docs/applying.md), so it is the operator's choice, measured and
-# applied alike.
+# own estimate) a waiting thread spins before it sleeps. Sleeping at once (passive alone) made every
+# call of a small parallel kernel wait for its other thread to be woken, which on a VM costs more than
+# the kernel: quiet 2-core AMD EPYC, dense 1x1000x2048 156 -> 80 us (OpenBLAS 77), matmul 128^3
+# 100 -> 35 us, and the engine's timings of one config 0.24-0.31 ms passive, 0.087-0.093 ms with a
+# spin. Bounded (a tenth of libgomp's own default) because on a host busier than its cores a spinning
+# thread holds a core its partner needs (docs/applying.md); an operator may export GOMP_SPINCOUNT=0.
+DEFAULT_SPIN_COUNT = 30000
 MAX_SPIN_COUNT = 10**10
 
 
@@ -57,8 +59,9 @@ def default_thread_count() -> int:
 
 @dataclass(frozen=True)
 class KernelRuntime:
-    """How a process runs kernels. ``spin_count``: libgomp's ``GOMP_SPINCOUNT`` when the operator
-    exported one (``None``: libgomp's default for the wait policy; passive sleeps at once);
+    """How a process runs kernels. ``spin_count``: libgomp's ``GOMP_SPINCOUNT``, how long a waiting
+    thread spins before it sleeps (``None``: libgomp's default for the wait policy; ``resolve`` gives
+    ``DEFAULT_SPIN_COUNT`` unless the operator exported a count or the active policy);
     ``codegen``: numba's code-generation variables (sorted pairs);
     ``warmup_calls``: untimed calls an applied kernel makes when it is created (the run worker warms
     up per :class:`~measure_agent.engine.types.TimingConfig` before timing), so that the thread pool is
@@ -97,17 +100,18 @@ class KernelRuntime:
             threads = int(threads_text) if threads_text else default_thread_count()
         except ValueError:
             raise RuntimeSettingsError(f"NUMBA_NUM_THREADS must be a whole number >= 1, not {threads_text!r}") from None
+        wait_policy = environ.get("OMP_WAIT_POLICY", "").strip().lower() or DEFAULT_WAIT_POLICY
         spin_text = environ.get("GOMP_SPINCOUNT", "").strip()
         try:
-            spin_count = int(spin_text) if spin_text else None
+            # an exported active policy spins as libgomp does (a default count would bound it)
+            spin_count = int(spin_text) if spin_text else (None if wait_policy == "active" else DEFAULT_SPIN_COUNT)
         except ValueError:
             raise RuntimeSettingsError(f"GOMP_SPINCOUNT must be a whole number from 0 to {MAX_SPIN_COUNT}, "
                                        f"not {spin_text!r}") from None
         codegen = {**build.codegen_environment(host_features), **_exported_codegen(environ), **NUMBA_ENVIRONMENT}
         return cls(threading_layer=environ.get("NUMBA_THREADING_LAYER", "").strip().lower() or DEFAULT_THREADING_LAYER,
                    num_threads=threads,
-                   wait_policy=environ.get("OMP_WAIT_POLICY", "").strip().lower() or DEFAULT_WAIT_POLICY,
-                   codegen=tuple(sorted(codegen.items())), spin_count=spin_count)
+                   wait_policy=wait_policy, codegen=tuple(sorted(codegen.items())), spin_count=spin_count)
 
     def environment(self) -> dict[str, str]:
         """The variables that carry these settings into a process started with them."""
