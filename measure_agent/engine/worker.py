@@ -8,7 +8,8 @@ process down; the parent sees EOF or a timeout and starts a new worker.
 Requests (``op``):
 - ``build``: render the kernel, compile it (numba caches it on disk) and report compile time; sent
   to the run worker too, where it loads the cached machine code before timing starts;
-- ``run``: warm up, check the output against the reference, time it per :class:`TimingConfig`;
+- ``run``: warm up, check the output against the reference, time it per :class:`TimingConfig`
+  through the call an application makes (:class:`~measure_agent.engine.kernel_call.KernelCall`);
   its details carry the runtime settings read back from numba (:mod:`measure_agent.engine.runtime`:
   the process runs with the :class:`KernelRuntime` its parent put in its environment) and, on
   Linux, how long its threads waited for a CPU: a repeat that other work on the host slowed is
