@@ -1,4 +1,5 @@
-"""2-D convolution on CPUs (NCHW and NHWC), via numba: a register-blocked direct convolution.
+"""2-D convolution on CPUs (NCHW and NHWC), via numba: a register-blocked direct convolution, and
+for 3x3 filters with unit stride Winograd F(2x2, 3x3) (``algorithm``; see ``cpu/_winograd.py``).
 
 The rendered kernel computes ``out[n, k, oh, ow] = sum_{c, r, s} x[n, c, oh*SH + r*DH - PH,
 ow*SW + s*DW - PW] * w[k, c, r, s]`` (NHWC: the same sums in the NHWC/HWIO layouts) as:
@@ -64,6 +65,7 @@ from measure_agent.templates.cpu._common import (
     vector_target,
 )
 from measure_agent.templates.cpu._conv import ConvGeometry, Layout, pad_input
+from measure_agent.templates.cpu._winograd import winograd_applies, winograd_body
 from measure_agent.workload import Workload
 
 VECTOR_AXES = ("k", "w")
@@ -75,6 +77,13 @@ WEIGHT_BLOCK_BYTES = 256 * 1024
 # Enough parallel work items to keep every core busy despite uneven items.
 ITEMS_PER_CORE = 4
 CORES_GUESS = 2
+# Winograd register tiles: tiles of a panel broadcast against KT-channel vectors. Measured (2-core
+# Xeon, AVX-512, 2 vectors of output channels): 8 tiles 272-314 GFLOPS on ResNet-50's 3x3 layers,
+# 10 tiles 204-275, 12 tiles ~100 (spills), 5 tiles 147-273.
+WINOGRAD_TILES = (4, 5, 6, 8)
+# Winograd pays its transforms per tile and channel (C + K), its savings per channel pair (C * K):
+# a default takes it from this many input and output channels.
+WINOGRAD_MIN_CHANNELS = 32
 
 
 def _tiles(config: Config) -> tuple[int, int]:
@@ -85,6 +94,11 @@ class _Conv2dCpuTemplate(Template):
     """Register-blocked direct conv2d for CPUs (float32 and float64).
 
     Knobs:
+    - ``algorithm``: ``direct``, or (3x3 filter, unit stride and dilation) ``winograd``: F(2x2, 3x3),
+      2.25x fewer multiply-adds for three transforms; its register tile is KT output channels x
+      WT 2x2-output tiles of one tile row, its work items KC channels x HB/2 tile rows, and the
+      knobs only the direct kernel has are held at one value (``vector_axis = k``, ``tile_w`` =
+      one register tile per block, ``tile_c = C``, ``reduction_order = c_outer``, packed weights).
     - ``vector_axis``: ``k`` (vectorise over output channels, broadcast input values) or ``w``
       (vectorise over output columns, broadcast weights).
     - ``tile_k`` = (blocks, KC/KT, KT): KT output channels per register tile; KC per work item.
@@ -104,7 +118,8 @@ class _Conv2dCpuTemplate(Template):
     """
 
     target = "cpu"
-    version = "3"  # 2: 512-bit vectors on AVX-512 hosts; 3: the zero-padded input copied in plain loops
+    # 2: 512-bit vectors on AVX-512 hosts; 3: the zero-padded input copied in plain loops; 4: winograd
+    version = "4"
     layout: str
 
     # -- space ------------------------------------------------------------------------------
@@ -113,7 +128,9 @@ class _Conv2dCpuTemplate(Template):
         g = ConvGeometry.of(workload)
         vt = vector_target(device)
         dtype = workload.dtype
+        algorithms = ("direct", "winograd") if winograd_applies(g) else ("direct",)
         knobs = [
+            ChoiceKnob("algorithm", algorithms),
             ChoiceKnob("vector_axis", VECTOR_AXES),
             SplitKnob("tile_k", g.K, (BLOCK_TILES, vt.axis_tiles(dtype, g.K))),
             SplitKnob("tile_w", g.cols, (BLOCK_TILES, vt.axis_tiles(dtype, g.cols))),
@@ -134,6 +151,14 @@ class _Conv2dCpuTemplate(Template):
                 f"axis, the other a broadcast tile, and the accumulators fit in {vt.max_accumulators} registers",
             ),
         ]
+        if "winograd" in algorithms:
+            constraints.append(Constraint(
+                ("algorithm", "vector_axis", "tile_w", "tile_c", "reduction_order", "pack_weights"),
+                lambda alg, axis, tw, tc, order, pack: alg == "direct" or (
+                    axis == "k" and tw[1] == 1 and tc == g.C and order == "c_outer" and pack),
+                "winograd vectorises over output channels with one register tile per column block, all "
+                "input channels in one block, c_outer and packed weights (the knobs it does not use)",
+            ))
         if self.layout == "nchw":
             constraints.append(Constraint(
                 ("vector_axis", "pack_weights"),
@@ -156,6 +181,8 @@ class _Conv2dCpuTemplate(Template):
         g = ConvGeometry.of(workload)
         vt = target_of(space)
         dtype = workload.dtype
+        if "winograd" in space.knob("algorithm").values and min(g.C, g.K) >= WINOGRAD_MIN_CHANNELS:
+            return self._winograd_default(workload, space, g, vt)
         lanes = vt.lanes(dtype)
         itemsize = 4 if dtype == "float32" else 8
         few_outputs = g.flat and g.N * g.cols < 128 and g.cols >= 2 * lanes
@@ -180,6 +207,7 @@ class _Conv2dCpuTemplate(Template):
         tile_w = pick_split(space.knob("tile_w"), wt, max(wt, g.cols // col_splits), inner_ok=lambda t: t == wt)
         strided = g.SH > 1 or g.SW > 1
         return space.make({
+            "algorithm": "direct",
             "vector_axis": axis,
             "tile_k": tile_k,
             "tile_w": tile_w,
@@ -189,6 +217,36 @@ class _Conv2dCpuTemplate(Template):
             "loop_order": "spatial_outer" if strided else "k_outer",
             "unroll_c": 1,
             "pack_weights": pack,
+            "parallel": workload.flops >= PARALLEL_MIN_FLOPS,
+        })
+
+    def _winograd_default(self, workload: Workload, space: ConfigSpace, g: ConvGeometry, vt) -> Config:
+        """Winograd with KT = two vectors of output channels (or all of them), TT tiles from
+        ``WINOGRAD_TILES`` that fit the accumulators and waste least at the row's end, all output
+        channels per work item, and work items of whole tile rows until every core has several."""
+        lanes = vt.lanes(workload.dtype)
+        kt = g.K if g.K <= 2 * lanes else 2 * lanes
+        tile_k = pick_split(space.knob("tile_k"), kt, g.K, inner_ok=lambda t: t == kt)
+        q = (g.OW + 1) // 2
+        tiles = [t for t in WINOGRAD_TILES if t in vt.broadcast_tiles and t <= g.OW] or [1]
+        tt = pick_tile(q, tiles, vt.max_accumulators // vt.accumulator_vectors(1, kt, workload.dtype))
+        tile_w = min((v for v in space.knob("tile_w").values if v[-1] == tt and v[1] == 1), key=lambda v: v[0])
+        tile_rows = g.N * ((g.OH + 1) // 2)
+        panels = math.ceil(q / tt)
+        rows_per_item = max(1, tile_rows * panels // (ITEMS_PER_CORE * CORES_GUESS) // panels)
+        tile_h = max((v for v in space.knob("tile_h").values if v[1] <= max(1, 2 * rows_per_item)),
+                     key=lambda v: v[1])
+        return space.make({
+            "algorithm": "winograd",
+            "vector_axis": "k",
+            "tile_k": tile_k,
+            "tile_w": tile_w,
+            "tile_h": tile_h,
+            "tile_c": g.C,
+            "reduction_order": "c_outer",
+            "loop_order": "k_outer",
+            "unroll_c": 1,
+            "pack_weights": True,
             "parallel": workload.flops >= PARALLEL_MIN_FLOPS,
         })
 
@@ -222,15 +280,23 @@ def _render(template: _Conv2dCpuTemplate, workload: Workload, config: Config, g:
     order = config["reduction_order"]
     lay = Layout(template.layout)
     loop = "prange"  # always (see kernel_head); parallel=False runs it on one thread
-    lines = header(f"{workload.op}_cpu v{template.version}: direct convolution, register tile "
-                   f"{kt} output channels x {wt} output columns, vectorised over "
-                   f"{'output channels' if axis == 'k' else 'output columns'}",
-                   workload, config, "conv2d(x, w, out, KC, HB, WC, CB)",
+    winograd = config["algorithm"] == "winograd"
+    if winograd:
+        title = (f"{workload.op}_cpu v{template.version}: Winograd F(2x2, 3x3), register tile {kt} output "
+                 f"channels x {wt} tiles of 2x2 outputs, vectorised over output channels")
+    else:
+        title = (f"{workload.op}_cpu v{template.version}: direct convolution, register tile "
+                 f"{kt} output channels x {wt} output columns, vectorised over "
+                 f"{'output channels' if axis == 'k' else 'output columns'}")
+    lines = header(title, workload, config, "conv2d(x, w, out, KC, HB, WC, CB)",
                    "KC = tile_k[1] * KT, HB = tile_h[1], WC = tile_w[1] * WT, CB = tile_c",
                    ("tile_k", "tile_w", "tile_h", "tile_c"), parallel)
     emit = lines.append
     emit(f"KT = {kt}  # output channels per register tile")
-    emit(f"WT = {wt}  # output columns per register tile")
+    if winograd:
+        emit(f"TT = {wt}  # 2x2-output tiles per register tile (a panel of one tile row)")
+    else:
+        emit(f"WT = {wt}  # output columns per register tile")
     emit(f"R, S = {g.R}, {g.S}  # filter taps")
     emit(f"SH, SW = {g.SH}, {g.SW}  # strides")
     emit(f"DH, DW = {g.DH}, {g.DW}  # dilations")
@@ -248,6 +314,12 @@ def _render(template: _Conv2dCpuTemplate, workload: Workload, config: Config, g:
         add("N, H, W, C = x.shape")
         add("K = w.shape[3]")
         add("OH, OW = out.shape[1], out.shape[2]")
+    if winograd:
+        body += winograd_body(g, lay, config, workload.dtype)
+        lines += indent(body, 4)
+        lines += kernel_tail("conv2d", "x, w, out, KC, HB, WC, CB", parallel)
+        emit("")
+        return "\n".join(lines)
     if g.flat:
         add("# pointwise, unit stride, no padding: each image's output is one row of OH*OW columns")
         if lay.nchw:
