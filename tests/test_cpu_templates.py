@@ -134,6 +134,17 @@ HAND_PICKED = [
     # conv NHWC: pointwise (one long row per image), unpacked weights vectorised over K
     ("conv2d_nhwc(N=2,C=6,H=5,W=7,K=21,R=1,S=1)",
      dict(vector_axis="k", tile_k=(1, 8), tile_w=(4, 5), pack_weights=False, unroll_c=4, parallel=True)),
+    # conv Winograd F(2x2, 3x3): odd output sizes (partial tiles and panels), K remainders, batch 2,
+    # unrolled channels, spatial-outer order, parallel; NHWC float64 without padding; asymmetric pads
+    ("conv2d_nchw(N=2,C=5,H=9,W=11,K=19,R=3,S=3,pad=1)",
+     dict(algorithm="winograd", tile_k=(1, 8), tile_w=(1, 3), tile_h=(4,), unroll_c=2, loop_order="spatial_outer",
+          parallel=True)),
+    ("conv2d_nhwc(N=1,C=7,H=8,W=13,K=33,R=3,S=3,dtype=float64)",
+     dict(algorithm="winograd", tile_k=(2, 8), tile_w=(1, 4), tile_h=(2,), reduction_order="c_outer",
+          parallel=False)),
+    ("conv2d_nhwc(N=2,C=3,H=6,W=5,K=5,R=3,S=3,pad_h=2,pad_w=0)",
+     dict(algorithm="winograd", tile_k=(1, 5), tile_w=(1, 2), tile_h=(1,), reduction_order="c_outer",
+          parallel=True)),
     # depthwise: both vector axes, multipliers, direct borders and padded copies
     ("depthwise_conv2d_nchw(N=2,C=5,H=12,W=19,R=3,S=3,pad=1,multiplier=2)",
      dict(vector_axis="w", tile_c=(1, 3), tile_w=(2, 8), tile_h=(4,), unroll_r=2, parallel=True)),
@@ -182,6 +193,7 @@ def test_hand_picked_configs_cover_the_rarer_knob_values():
         assert len({c["vector_axis"] for c in picked[op]}) == 2, op
     assert {c["border"] for op in DEPTHWISE_OPS for c in picked[op]} == {"direct", "padded_copy"}
     assert {c["pack_weights"] for op in CONV_OPS for c in picked[op]} == {False, True}
+    assert all({c["algorithm"] for c in picked[op]} == {"direct", "winograd"} for op in CONV_OPS)
 
 
 def test_cache_blocks_are_runtime_arguments(kernel_cache_dir):
@@ -193,6 +205,37 @@ def test_cache_blocks_are_runtime_arguments(kernel_cache_dir):
     sources = [TEMPLATES[workload.op].render(workload, c) for c in configs]
     assert len({s.text for s in sources}) == 1
     assert len({s.runtime_args for s in sources}) == 2
+    for config in configs:
+        check(workload, config, kernel_cache_dir)
+
+
+def test_winograd_is_offered_only_where_it_computes_the_convolution_and_fixes_the_unused_knobs():
+    for text, offered in (("conv2d_nchw(N=1,C=8,H=9,W=9,K=8,R=3,S=3,pad=1)", True),
+                          ("conv2d_nhwc(N=1,C=8,H=9,W=9,K=8,R=3,S=3)", True),
+                          ("conv2d_nchw(N=1,C=8,H=9,W=9,K=8,R=3,S=3,stride=2)", False),
+                          ("conv2d_nchw(N=1,C=8,H=9,W=9,K=8,R=3,S=3,dilation_w=2)", False),
+                          ("conv2d_nchw(N=1,C=8,H=9,W=9,K=8,R=1,S=1)", False),
+                          ("conv2d_nchw(N=1,C=8,H=9,W=9,K=8,R=3,S=2)", False)):
+        workload = parse_workload(text)
+        space = TEMPLATES[workload.op].space(workload, AVX512)
+        assert ("winograd" in space.knob("algorithm").values) == offered, text
+    workload = parse_workload("conv2d_nchw(N=1,C=8,H=9,W=9,K=8,R=3,S=3,pad=1)")
+    space = TEMPLATES[workload.op].space(workload, AVX512)
+    winograd = [c for c in space.sample(np.random.default_rng(0), 300) if c["algorithm"] == "winograd"]
+    assert winograd
+    for config in winograd:
+        assert (config["vector_axis"], config["tile_w"][1], config["tile_c"], config["reduction_order"],
+                config["pack_weights"]) == ("k", 1, 8, "c_outer", True)
+
+
+def test_winograd_cache_blocks_are_runtime_arguments(kernel_cache_dir):
+    workload = parse_workload("conv2d_nchw(N=1,C=6,H=10,W=9,K=20,R=3,S=3,pad=1)")
+    configs = [with_choices(workload, algorithm="winograd", tile_k=blocks, tile_w=(1, 4), tile_h=rows,
+                            parallel=False)
+               for blocks, rows in (((1, 8), (2,)), ((2, 8), (8,)))]
+    sources = [TEMPLATES[workload.op].render(workload, c) for c in configs]
+    assert len({s.text for s in sources}) == 1 and len({s.runtime_args for s in sources}) == 2
+    assert "Winograd" in sources[0].text
     for config in configs:
         check(workload, config, kernel_cache_dir)
 
@@ -233,9 +276,17 @@ def test_default_config_is_valid_and_explicit(text):
 def test_defaults_follow_the_measured_schedules():
     conv = parse_workload("conv2d_nchw(N=1,C=64,H=56,W=56,K=64,R=3,S=3,pad=1)")
     config = TEMPLATES["conv2d_nchw"].default_config(conv, TEMPLATES["conv2d_nchw"].space(conv, AVX2))
+    assert config["algorithm"] == "winograd"  # 3x3, unit stride, >= 32 channels each way
     assert config["vector_axis"] == "k" and config["pack_weights"] and config["parallel"]
     assert (config["tile_k"][-1], config["tile_w"][-1]) == (16, 6)  # 12 accumulator vectors
     assert config["tile_c"] == 64  # no reduction blocking
+    config = TEMPLATES["conv2d_nchw"].default_config(conv, TEMPLATES["conv2d_nchw"].space(conv, AVX512))
+    assert config["algorithm"] == "winograd" and (config["tile_k"][-1], config["tile_w"][-1]) == (32, 8)
+    for text in ("conv2d_nchw(N=1,C=16,H=56,W=56,K=64,R=3,S=3,pad=1)",  # few input channels
+                 "conv2d_nchw(N=1,C=64,H=56,W=56,K=64,R=3,S=3,stride=2,pad=1)"):
+        workload = parse_workload(text)
+        template = TEMPLATES[workload.op]
+        assert template.default_config(workload, template.space(workload, AVX2))["algorithm"] == "direct"
     pointwise = parse_workload("conv2d_nchw(N=1,C=256,H=56,W=56,K=64,R=1,S=1)")
     space = TEMPLATES["conv2d_nchw"].space(pointwise)
     assert space.knob("tile_h").extent == 1 and space.knob("tile_w").extent == 56 * 56  # one long row
@@ -358,7 +409,7 @@ def test_rendered_kernel_is_readable_and_names_workload_and_config(text):
 
 def test_catalog_has_every_cpu_template():
     catalog = default_catalog()
-    versions = {"conv2d_nchw": "3", "conv2d_nhwc": "3", "depthwise_conv2d_nchw": "3",
+    versions = {"conv2d_nchw": "4", "conv2d_nhwc": "4", "depthwise_conv2d_nchw": "3",
                 "depthwise_conv2d_nhwc": "3", "dense": "3", "batch_matmul": "2"}
     for op, version in versions.items():
         template = catalog.get(op, "cpu")
