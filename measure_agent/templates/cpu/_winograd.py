@@ -59,6 +59,24 @@ def _pad(lay: Layout) -> list[str]:
         "# [pad] zero-padded NCHW copy covering 2P+2 rows and whole panels of columns",
         "HP, WP = 2 * P + 2, 2 * PANELS * TT + 2",
         "xp = np.empty((N, C, HP, WP), dtype=x.dtype)",
+    ]
+    if not lay.nchw:
+        # NHWC: transposed a row at a time, 16 channels at a time (contiguous reads, and 16 rows
+        # of xp written in step)
+        return lines + [
+            "for ni in prange(N * HP):",
+            "    n, i = ni // HP, ni % HP",
+            "    ih = i - PH",
+            "    for c in range(C):",
+            "        for j in range(WP):",
+            "            xp[n, c, i, j] = 0",
+            "    if 0 <= ih < H:",
+            "        for c0 in range(0, C, 16):",
+            "            for j in range(min(W, WP - PW)):",
+            "                for c in range(c0, min(C, c0 + 16)):",
+            "                    xp[n, c, i, PW + j] = x[n, ih, j, c]",
+        ]
+    return lines + [
         "for nc in prange(N * C):",
         "    n, c = nc // C, nc % C",
         "    for i in range(HP):",
@@ -70,11 +88,10 @@ def _pad(lay: Layout) -> list[str]:
         "            for j in range(min(PW, WP)):",
         "                xp[n, c, i, j] = 0",
         "            for j in range(min(W, WP - PW)):",
-        f"                xp[n, c, i, PW + j] = {'x[n, c, ih, j]' if lay.nchw else 'x[n, ih, j, c]'}",
+        "                xp[n, c, i, PW + j] = x[n, c, ih, j]",
         "            for j in range(PW + W, WP):",
         "                xp[n, c, i, j] = 0",
     ]
-    return lines
 
 
 def _input_transform() -> list[str]:

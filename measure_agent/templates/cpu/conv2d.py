@@ -82,10 +82,11 @@ CORES_GUESS = 2
 # 10 tiles 204-275, 12 tiles ~100 (spills), 5 tiles 147-273.
 WINOGRAD_TILES = (4, 5, 6, 8)
 # Winograd pays its transforms per tile and channel (C + K), its savings per channel pair (C * K):
-# an NCHW default takes it from this many input and output channels. NHWC defaults stay direct: its
-# Winograd kernel transposes the input into NCHW first (2 threads, 3x3 64ch 56x56: 255-281 GFLOPS
-# against the direct default's 323-348; NCHW 128 and 256 channels: 327-365 against 242-299).
-WINOGRAD_MIN_CHANNELS = 32
+# an NCHW default takes it from this many input and output channels. Measured, default against
+# default (2-core Xeon, 2 threads, GFLOPS): 3x3 64ch 56x56 a tie or a loss (268-312 vs 287-318),
+# 128ch 28x28 317-365 vs 257-299, 256ch 14x14 327-365 vs 242-278. NHWC defaults stay direct (64ch
+# 56x56: 255-281 vs 323-348; its Winograd kernel transposes the input into NCHW first).
+WINOGRAD_MIN_CHANNELS = 128
 # A default Winograd work item's transformed weights, at most (2 threads, ResNet-50's 3x3 layers:
 # 128 and 256 channels 302-331 GFLOPS with all channels per item, 352 and 320-329 in blocks of this).
 WINOGRAD_WEIGHT_BLOCK_BYTES = 512 * 1024
