@@ -262,3 +262,21 @@ def test_workers_show_their_role_on_the_command_line(tmp_path):
         assert "build" in roles and "run" in roles
     with pytest.raises(ValueError, match="worker role must be one of build, run"):
         WorkerProcess("testing", tmp_path, role="compile")
+
+
+def test_a_dead_workers_message_quotes_its_error_not_the_warnings_before_it():
+    """numba-cuda's performance warnings (two lines each, coloured) came before the CUDA error a
+    worker died of; the message quoted the warning and the error was cut off (seen on an H200)."""
+    from measure_agent.engine.process import _error_lines
+
+    stderr = ("/venv/numba_cuda/numba/cuda/dispatcher.py:748: NumbaPerformanceWarning: \x1b[1mGrid size 64 will "
+              "likely result in GPU under-utilization due to low occupancy.\x1b[0m\n"
+              "  warn(NumbaPerformanceWarning(msg))\n"
+              "\n"
+              "CUDA candidate failed, worker exits for a fresh CUDA context: CUDAError: "
+              "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES\n")
+    assert _error_lines(stderr) == ["CUDA candidate failed, worker exits for a fresh CUDA context: CUDAError: "
+                                    "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES"]
+    traceback = "Traceback (most recent call last):\n  File \"w.py\", line 3, in <module>\nValueError: bad"
+    assert _error_lines(traceback) == ["Traceback (most recent call last):", "File \"w.py\", line 3, in <module>",
+                                       "ValueError: bad"]

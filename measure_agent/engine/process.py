@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import select
 import signal
 import subprocess
@@ -14,6 +15,10 @@ import time
 from pathlib import Path
 
 from measure_agent.engine.runtime import KernelRuntime
+
+# "path.py:748: NumbaPerformanceWarning: ..." and the source line Python prints under it
+_WARNING_LINE = re.compile(r"^\S.*:\d+: \w*Warning: ")
+_ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
 WORKER_ROLES = ("build", "run")
@@ -164,7 +169,7 @@ class WorkerProcess:
                 text = fh.read().decode(errors="replace")
         except OSError:
             return ""
-        kept = [line.strip() for line in text.splitlines() if line.strip()][-lines:]
+        kept = _error_lines(text)[-lines:]
         return " | ".join(kept)[:500]
 
     def kill(self) -> None:
@@ -199,3 +204,24 @@ class WorkerProcess:
             except OSError:
                 pass
             self._stderr_path = None
+
+
+def _error_lines(stderr_text: str) -> list[str]:
+    """The non-empty lines of a worker's stderr without Python warnings (each warning line and the
+    source line printed under it) and terminal colour codes: what a dead worker's message quotes
+    must be its error, not the performance warning numba-cuda printed before it (seen on an H200:
+    "Grid size 64 will likely result in GPU under-utilization" hid CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES)."""
+    kept: list[str] = []
+    skip_next = False
+    for raw in stderr_text.splitlines():
+        line = _ANSI_ESCAPE.sub("", raw)
+        if _WARNING_LINE.match(line.strip()):
+            skip_next = True
+            continue
+        if skip_next and raw.startswith((" ", "\t")):
+            skip_next = False
+            continue
+        skip_next = False
+        if line.strip():
+            kept.append(line.strip())
+    return kept
