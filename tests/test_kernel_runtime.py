@@ -58,12 +58,27 @@ def test_runtime_resolves_defaults_then_what_the_operator_exported():
     assert exported.spin_count is None and "GOMP_SPINCOUNT" not in env
     sleeping = KernelRuntime.resolve({"GOMP_SPINCOUNT": " 0 "})
     assert sleeping.spin_count == 0 and sleeping.environment()["GOMP_SPINCOUNT"] == "0"
+    # glibc's malloc keeps the pages of a kernel's per-call scratch arrays: large thresholds by
+    # default, as exported otherwise
+    assert dict(plain.malloc) == {"MALLOC_MMAP_THRESHOLD_": str(32 * 1024 * 1024),
+                                  "MALLOC_TRIM_THRESHOLD_": str(512 * 1024 * 1024)}
+    assert plain.environment()["MALLOC_MMAP_THRESHOLD_"] == str(32 * 1024 * 1024)
+    kept = KernelRuntime.resolve({"MALLOC_TRIM_THRESHOLD_": "1048576"})
+    assert dict(kept.malloc)["MALLOC_TRIM_THRESHOLD_"] == "1048576"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
+def test_the_malloc_thresholds_take_effect_in_a_running_process():
+    """An application's process started long before best_kernel: the thresholds are set through
+    mallopt, not only the environment glibc read at start-up."""
+    assert KernelRuntime.resolve({}).apply_malloc()
 
 
 @pytest.mark.parametrize("name, value", [("NUMBA_NUM_THREADS", "two"), ("NUMBA_NUM_THREADS", "0"),
                                          ("OMP_WAIT_POLICY", "sometimes"), ("NUMBA_THREADING_LAYER", "gcd"),
                                          ("GOMP_SPINCOUNT", "lots"), ("GOMP_SPINCOUNT", "-1"),
-                                         ("GOMP_SPINCOUNT", "1" + "0" * 40)])
+                                         ("GOMP_SPINCOUNT", "1" + "0" * 40), ("MALLOC_MMAP_THRESHOLD_", "32M"),
+                                         ("MALLOC_TRIM_THRESHOLD_", "-1")])
 def test_a_bad_exported_setting_is_a_one_line_error(name, value):
     with pytest.raises(RuntimeSettingsError, match=name) as error:
         KernelRuntime.resolve({name: value})
@@ -128,11 +143,12 @@ def _applied_runtime(cache_dir: Path, db: Path, tmp_path: Path) -> dict:
 
 
 @pytest.mark.parametrize("exported", [{}, {"OMP_WAIT_POLICY": "active", "NUMBA_NUM_THREADS": "1"},
-                                      {"GOMP_SPINCOUNT": "20000"}],
+                                      {"GOMP_SPINCOUNT": "20000", "MALLOC_MMAP_THRESHOLD_": "1048576"}],
                          ids=["defaults", "operator-exported", "bounded-spin"])
 def test_the_application_runs_kernels_with_the_settings_the_engine_measured_with(
         exported, monkeypatch, kernel_cache_dir, tmp_path):
-    for name in ("OMP_WAIT_POLICY", "NUMBA_NUM_THREADS", "NUMBA_THREADING_LAYER", "GOMP_SPINCOUNT"):
+    for name in ("OMP_WAIT_POLICY", "NUMBA_NUM_THREADS", "NUMBA_THREADING_LAYER", "GOMP_SPINCOUNT",
+                 "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"):
         monkeypatch.delenv(name, raising=False)
     for name, value in exported.items():
         monkeypatch.setenv(name, value)  # the engine's environment and the application's alike
@@ -146,6 +162,8 @@ def test_the_application_runs_kernels_with_the_settings_the_engine_measured_with
     assert measured["spin_count"] == (None if expected.spin_count is None else str(expected.spin_count))
     assert measured["spin_count"] == exported.get("GOMP_SPINCOUNT", None if "OMP_WAIT_POLICY" in exported
                                                   else str(DEFAULT_SPIN_COUNT))
+    assert measured["malloc"] == dict(expected.malloc)
+    assert measured["malloc"]["MALLOC_MMAP_THRESHOLD_"] == exported.get("MALLOC_MMAP_THRESHOLD_", str(32 * 1024 * 1024))
     assert measured["num_threads"] == measured["pool_threads"] == expected.num_threads
     assert measured["threading_layer"] is not None
     assert {k: v for k, v in measured["codegen"].items()} == dict(expected.codegen)

@@ -17,6 +17,7 @@ every timing and :class:`tuner.apply.TunedKernel` keeps as ``runtime``.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import sys
 from dataclasses import asdict, dataclass, field
@@ -43,6 +44,18 @@ DEFAULT_THREADING_LAYER = "default"
 # thread holds a core its partner needs (docs/applying.md); an operator may export GOMP_SPINCOUNT=0.
 DEFAULT_SPIN_COUNT = 30000
 MAX_SPIN_COUNT = 10**10
+# glibc's malloc hands blocks from this size up to mmap, and gives the top of its heap back to the
+# system once this much is free there. Its defaults (128 KiB, adjusted upwards to the largest block
+# freed) made a kernel's per-call scratch arrays (packed weights, padded inputs, Winograd's
+# transforms: megabytes) fresh pages on some calls, depending on the sizes: one Winograd conv2d ran
+# at 74-98 GFLOPS instead of 187-355 (the whole call faulting its pages in again). 32 MiB is the
+# largest mmap threshold glibc takes on 64-bit hosts; an operator may export either variable.
+DEFAULT_MALLOC_MMAP_THRESHOLD = 32 * 1024 * 1024
+DEFAULT_MALLOC_TRIM_THRESHOLD = 512 * 1024 * 1024
+MALLOC_VARIABLES = {"MALLOC_MMAP_THRESHOLD_": DEFAULT_MALLOC_MMAP_THRESHOLD,
+                    "MALLOC_TRIM_THRESHOLD_": DEFAULT_MALLOC_TRIM_THRESHOLD}
+# mallopt's parameter numbers (malloc.h)
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 
 
 class RuntimeSettingsError(ValueError):
@@ -65,7 +78,9 @@ class KernelRuntime:
     ``codegen``: numba's code-generation variables (sorted pairs);
     ``warmup_calls``: untimed calls an applied kernel makes when it is created (the run worker warms
     up per :class:`~measure_agent.engine.types.TimingConfig` before timing), so that the thread pool is
-    started and the code paged in before the application's first real call."""
+    started and the code paged in before the application's first real call.
+    ``malloc``: glibc's ``MALLOC_MMAP_THRESHOLD_`` and ``MALLOC_TRIM_THRESHOLD_`` (sorted pairs),
+    so that the scratch arrays a kernel allocates on each call reuse the pages of the last call."""
 
     threading_layer: str = DEFAULT_THREADING_LAYER
     num_threads: int = field(default_factory=default_thread_count)
@@ -73,6 +88,7 @@ class KernelRuntime:
     codegen: tuple[tuple[str, str], ...] = ()
     warmup_calls: int = 1
     spin_count: int | None = None
+    malloc: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if self.threading_layer not in THREADING_LAYERS:
@@ -89,6 +105,9 @@ class KernelRuntime:
                                        f"not {self.spin_count!r}")
         if self.warmup_calls < 0:
             raise RuntimeSettingsError(f"warmup_calls must be >= 0, not {self.warmup_calls!r}")
+        for name, value in self.malloc:
+            if name not in MALLOC_VARIABLES or not value.isdigit() or int(value) > 2**62:
+                raise RuntimeSettingsError(f"{name} must be a whole number of bytes, not {value!r}")
 
     @classmethod
     def resolve(cls, environ: Mapping[str, str] | None = None, host_features: str | None = None) -> "KernelRuntime":
@@ -109,9 +128,11 @@ class KernelRuntime:
             raise RuntimeSettingsError(f"GOMP_SPINCOUNT must be a whole number from 0 to {MAX_SPIN_COUNT}, "
                                        f"not {spin_text!r}") from None
         codegen = {**build.codegen_environment(host_features), **_exported_codegen(environ), **NUMBA_ENVIRONMENT}
+        malloc = {name: environ.get(name, "").strip() or str(default) for name, default in MALLOC_VARIABLES.items()}
         return cls(threading_layer=environ.get("NUMBA_THREADING_LAYER", "").strip().lower() or DEFAULT_THREADING_LAYER,
                    num_threads=threads,
-                   wait_policy=wait_policy, codegen=tuple(sorted(codegen.items())), spin_count=spin_count)
+                   wait_policy=wait_policy, codegen=tuple(sorted(codegen.items())), spin_count=spin_count,
+                   malloc=tuple(sorted(malloc.items())))
 
     def environment(self) -> dict[str, str]:
         """The variables that carry these settings into a process started with them."""
@@ -120,6 +141,7 @@ class KernelRuntime:
                 "NUMBA_NUM_THREADS": str(self.num_threads),
                 "OMP_WAIT_POLICY": self.wait_policy,
                 **spin,
+                **dict(self.malloc),
                 **dict(self.codegen)}
 
     def apply(self, environ: MutableMapping[str, str] | None = None) -> bool:
@@ -131,6 +153,8 @@ class KernelRuntime:
         not imported yet. Never raises for a late call: the kernels are correct either way.
         """
         environ = os.environ if environ is None else environ
+        if environ is os.environ:
+            self.apply_malloc()  # glibc read the variables at start-up: set them in effect now
         numba_imported = "numba" in sys.modules
         launched = numba_imported and _threads_launched()
         for name, value in self.environment().items():
@@ -144,6 +168,21 @@ class KernelRuntime:
 
             config.reload_config()  # the threading layer is read from numba's config at launch
         return not numba_imported
+
+    def apply_malloc(self) -> bool:
+        """Put the malloc thresholds in effect in this process (glibc's ``mallopt``); False where
+        the C library has no ``mallopt`` (not glibc) or refused a value."""
+        try:
+            mallopt = ctypes.CDLL(None).mallopt
+        except (OSError, AttributeError):
+            return False
+        settings = dict(self.malloc)
+        done = True
+        for name, parameter in (("MALLOC_TRIM_THRESHOLD_", _M_TRIM_THRESHOLD),
+                                ("MALLOC_MMAP_THRESHOLD_", _M_MMAP_THRESHOLD)):
+            if name in settings:
+                done = bool(mallopt(ctypes.c_int(parameter), ctypes.c_int(min(int(settings[name]), 2**31 - 1)))) and done
+        return done
 
     def call_threads(self) -> int:
         """The thread count for a call: ``num_threads``, capped at the pool numba started."""
@@ -173,6 +212,7 @@ class RuntimeReport:
     wait_policy: str | None
     codegen: dict[str, str]
     spin_count: str | None = None
+    malloc: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -180,8 +220,8 @@ class RuntimeReport:
 
 def runtime_in_effect() -> RuntimeReport:
     """What numba uses in this process: threading layer, threads per call and pool size, the
-    OpenMP wait policy and spin count in the environment and the code-generation settings numba's
-    config holds."""
+    OpenMP wait policy, spin count and malloc thresholds in the environment and the code-generation
+    settings numba's config holds."""
     import numba
     from numba.core import config
 
@@ -200,7 +240,8 @@ def runtime_in_effect() -> RuntimeReport:
         codegen["NUMBA_CPU_NAME"] = str(config.CPU_NAME)
     return RuntimeReport(threading_layer=layer, num_threads=num_threads,
                          pool_threads=int(config.NUMBA_NUM_THREADS), wait_policy=os.environ.get("OMP_WAIT_POLICY"),
-                         codegen=codegen, spin_count=os.environ.get("GOMP_SPINCOUNT"))
+                         codegen=codegen, spin_count=os.environ.get("GOMP_SPINCOUNT"),
+                         malloc={name: os.environ[name] for name in MALLOC_VARIABLES if name in os.environ})
 
 
 __all__ = ["KernelRuntime", "RuntimeReport", "RuntimeSettingsError", "THREADING_LAYERS", "WAIT_POLICIES",

@@ -66,6 +66,7 @@ class Worker:
         self._device_inputs: dict[str, tuple] = {}  # CUDA: the problem's inputs on the device
         self._cpu_wait = cpu_wait_clock()  # None where the system does not count it
         self.runtime = KernelRuntime.resolve()  # what the parent started this process with
+        self.runtime.apply_malloc()  # glibc took them from the environment too; not every libc does
 
     def handle(self, request: dict, answer_stage=None) -> dict:
         """The final answer to ``request``. A ``run`` with ``"load_first": true`` loads (or

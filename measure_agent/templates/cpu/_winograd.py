@@ -15,9 +15,11 @@ The rendered kernel, for ``conv2d(x, w, out, KC, HB, WC, CB)`` (the direct kerne
              a panel past the row's end holds transforms of zeros)
     [weight] U[k / KT, xi, c, k % KT] = (G g G^T)[xi], zero past K
     for each work item (KC output channels x HB/2 tile rows), in parallel if asked
-      for each KT-channel tile and each panel (``loop_order``)
-        for each xi: a KT x TT register tile reduced over the C input channels (``unroll_c``)
-        the 16 results -> A^T m A -> the panel's 2x2 output blocks (edges: only what exists)
+      for each KT-channel tile and each xi (``loop_order``: tiles outer or xi outer)
+        for each panel of the item: a KT x TT register tile reduced over the C input channels
+        (``unroll_c``), stored to M[channel tile, panel, xi]; U[tile, xi] stays in L1 meanwhile
+      for each channel tile and panel: A^T m A -> the panel's 2x2 output blocks (edges: only what
+        exists)
 
 V and U carry a spare channel row so that the 16 planes of a panel do not fall on the same cache
 sets (C a power of two made them 2-4 KiB apart). Float32 results differ from the direct sum by
@@ -157,29 +159,28 @@ def _gemm_and_output(lay: Layout, config: Config, kt: int, tt: int) -> list[str]
         "rows_per_item = max(1, HB // 2)",
         "k_blocks = (K + KC - 1) // KC",
         "row_blocks = (N * P + rows_per_item - 1) // rows_per_item",
+        "# the 16 products of every KT-channel tile and panel (items write disjoint parts)",
+        "M = np.empty((KB, NB, 16, TT, KT), dtype=x.dtype)",
         "for item in prange(k_blocks * row_blocks):",
         "    k_blk, r_blk = item // row_blocks, item % row_blocks",
         "    k_lo, k_hi = k_blk * KC, min(K, k_blk * KC + KC)",
         "    tb_lo, tb_hi = r_blk * rows_per_item * PANELS, min(NB, (r_blk + 1) * rows_per_item * PANELS)",
-        f"    m = stack_array({16 * tt * kt}, out.dtype)  # the 16 products of the KT x TT tile",
         f"    acc = stack_array({tt * kt}, out.dtype)  # the register tile: {tt} x {kt}",
         f"    y = stack_array({4 * kt}, out.dtype)  # one tile's 2x2 outputs, KT channels",
     ]
     update = ["uc = np.uint64(c)", "for kk in range(KT):", "    u = U[ukb, uxi, uc, kk]"]
     update += [f"    acc[{j * kt} + kk] += V[utb, uxi, uc, {j}] * u" for j in range(tt)]
-    products = [
-        "for xi in range(V.shape[1]):  # a runtime bound: the 16 GEMMs stay a loop",
-        "    uxi = np.uint64(xi)",
-        "    for kk in range(KT):",
-    ] + [f"        acc[{j * kt} + kk] = 0" for j in range(tt)]
-    products += indent(unrolled_loop("c", "0", "C", config["unroll_c"], update), 4)
-    products += ["    for kk in range(KT):"]
-    products += [f"        m[(xi * {tt} + {j}) * {kt} + kk] = acc[{j * kt} + kk]" for j in range(tt)]
+    # one GEMM's register tile: U[k0 tile, xi] (C x KT) stays in L1 while the item's panels pass
+    gemm_tile = ["utb = np.uint64(tb)", "for kk in range(KT):"] + [f"    acc[{j * kt} + kk] = 0" for j in range(tt)]
+    gemm_tile += unrolled_loop("c", "0", "C", config["unroll_c"], update)
+    gemm_tile += ["for kk in range(KT):"]
+    gemm_tile += [f"    M[ukb, utb, uxi, {j}, kk] = acc[{j * kt} + kk]" for j in range(tt)]
 
     def m(xi: int) -> str:
-        return f"m[({xi} * {tt} + j) * {kt} + kk]"
+        return f"M[ukb, utb, {xi}, j, kk]"
 
     output = [
+        "utb = np.uint64(tb)",
         "n, p, panel = tb // (P * PANELS), tb // PANELS % P, tb % PANELS",
         "un, uoh = np.uint64(n), np.uint64(2 * p)",
         "rows = min(2, OH - 2 * p)",
@@ -212,13 +213,13 @@ def _gemm_and_output(lay: Layout, config: Config, kt: int, tt: int) -> list[str]
         "                for jj in range(min(2, OW - ow)):",
         f"                    {target('i', 'jj')} = y[(2 * i + jj) * {kt} + kk]",
     ]
-    k_setup = ["ukb = np.uint64(k0 // KT)"]
-    t_setup = ["utb = np.uint64(tb)"]
-    tile = products + output
-    if config["loop_order"] == "k_outer":
-        nest = (["for k0 in range(k_lo, k_hi, KT):"] + indent(k_setup, 4)
-                + indent(["for tb in range(tb_lo, tb_hi):"], 4) + indent(t_setup + tile, 8))
-    else:
-        nest = (["for tb in range(tb_lo, tb_hi):"] + indent(t_setup, 4)
-                + indent(["for k0 in range(k_lo, k_hi, KT):"], 4) + indent(k_setup + tile, 8))
+    xi_loop = ["for xi in range(V.shape[1]):  # a runtime bound: the 16 GEMMs stay a loop", "    uxi = np.uint64(xi)"]
+    k_loop = ["for k0 in range(k_lo, k_hi, KT):", "    ukb = np.uint64(k0 // KT)"]
+    t_loop = ["for tb in range(tb_lo, tb_hi):"]
+    if config["loop_order"] == "k_outer":  # each channel tile: its 16 GEMMs, then its outputs
+        nest = (k_loop + indent(xi_loop + indent(t_loop + indent(gemm_tile, 4), 4), 4)
+                + indent(t_loop + indent(output, 4), 4))
+    else:  # each GEMM over all the item's channel tiles, then all outputs
+        nest = (xi_loop + indent(k_loop + indent(t_loop + indent(gemm_tile, 4), 4), 4)
+                + k_loop + indent(t_loop + indent(output, 4), 4))
     return lines + indent(nest, 4)

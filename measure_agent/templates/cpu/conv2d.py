@@ -82,11 +82,12 @@ CORES_GUESS = 2
 # 10 tiles 204-275, 12 tiles ~100 (spills), 5 tiles 147-273.
 WINOGRAD_TILES = (4, 5, 6, 8)
 # Winograd pays its transforms per tile and channel (C + K), its savings per channel pair (C * K):
-# an NCHW default takes it from this many input and output channels. Measured, default against
-# default (2-core Xeon, 2 threads, GFLOPS): 3x3 64ch 56x56 a tie or a loss (268-312 vs 287-318),
-# 128ch 28x28 317-365 vs 257-299, 256ch 14x14 327-365 vs 242-278. NHWC defaults stay direct (64ch
-# 56x56: 255-281 vs 323-348; its Winograd kernel transposes the input into NCHW first).
-WINOGRAD_MIN_CHANNELS = 128
+# a default takes it from this many input and output channels. Measured, defaults against defaults
+# (2-core Xeon, AVX-512, 2 threads, GFLOPS best of 200 calls, two rounds; onnxruntime 1.32 beside):
+# 3x3 64ch 56x56 364-365 vs direct 290-320 (ort 357-397); 128ch 28x28 395-434 vs 262-268 (342-403);
+# 256ch 14x14 370-398 vs 285-290 (384-415); 64ch 28x28 330-363 vs 258-267; NHWC 64ch 56x56 366-400
+# vs 326-359; 32ch 56x56 a tie (280-285 vs 260-300); 16->32ch 112x112 a loss (182-222 vs 254-256).
+WINOGRAD_MIN_CHANNELS = 64
 # A default Winograd work item's transformed weights, at most (2 threads, ResNet-50's 3x3 layers:
 # 128 and 256 channels 302-331 GFLOPS with all channels per item, 352 and 320-329 in blocks of this).
 WINOGRAD_WEIGHT_BLOCK_BYTES = 512 * 1024
@@ -174,7 +175,7 @@ class _Conv2dCpuTemplate(Template):
         return CpuSpace(knobs, constraints, vector=vt)
 
     def default_config(self, workload: Workload, space: ConfigSpace) -> Config:
-        """NCHW 3x3 unit-stride layers with >= ``WINOGRAD_MIN_CHANNELS`` channels each way: Winograd
+        """3x3 unit-stride layers with >= ``WINOGRAD_MIN_CHANNELS`` channels each way: Winograd
         (:meth:`_winograd_default`). Otherwise the direct kernel, vectorised over output channels with packed weights: KT = two vectors (or less), WT the
         column tile that fits the remaining accumulator registers and wastes least on the row's
         last tile (AVX2 float32: 16 x 6 at 56 or 28 columns, 16 x 5 at 14, 12 accumulators); all
@@ -188,8 +189,7 @@ class _Conv2dCpuTemplate(Template):
         g = ConvGeometry.of(workload)
         vt = target_of(space)
         dtype = workload.dtype
-        if (self.layout == "nchw" and "winograd" in space.knob("algorithm").values
-                and min(g.C, g.K) >= WINOGRAD_MIN_CHANNELS):
+        if "winograd" in space.knob("algorithm").values and min(g.C, g.K) >= WINOGRAD_MIN_CHANNELS:
             return self._winograd_default(workload, space, g, vt)
         lanes = vt.lanes(dtype)
         itemsize = 4 if dtype == "float32" else 8
