@@ -26,11 +26,9 @@ sys.path.insert(0, str(ROOT / "bench"))
 os.environ["PYTHONPATH"] = os.pathsep.join(
     [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
 
-from measure_agent.engine.build import worker_environment  # noqa: E402
 from measure_agent.engine.runtime import KernelRuntime  # noqa: E402
 
-os.environ.update(worker_environment())
-KernelRuntime.resolve().apply_malloc()  # glibc read its variables at start-up: in effect now too
+KernelRuntime.resolve().apply()  # the workers' settings, before numba is imported (malloc thresholds too)
 
 import numpy as np  # noqa: E402
 

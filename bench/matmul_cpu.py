@@ -24,13 +24,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from measure_agent.engine.build import worker_environment  # noqa: E402
 from measure_agent.engine.runtime import KernelRuntime  # noqa: E402
 
 # numba reads these at import: set them before anything imports it (the --asm report compiles here,
 # with the workers' settings).
-os.environ.update(worker_environment())
-KernelRuntime.resolve().apply_malloc()  # glibc read its variables at start-up: in effect now too
+KernelRuntime.resolve().apply()  # the workers' settings, before numba is imported (malloc thresholds too)
 
 import numpy as np  # noqa: E402
 

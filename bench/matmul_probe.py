@@ -22,11 +22,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from measure_agent.engine.build import worker_environment  # noqa: E402
 from measure_agent.engine.runtime import KernelRuntime  # noqa: E402
 
-os.environ.update(worker_environment())
-KernelRuntime.resolve().apply_malloc()  # glibc read its variables at start-up: in effect now too
+KernelRuntime.resolve().apply()  # the workers' settings, before numba is imported (malloc thresholds too)
 
 import numpy as np  # noqa: E402
 

@@ -36,14 +36,12 @@ sys.path.insert(0, str(ROOT))
 os.environ["PYTHONPATH"] = os.pathsep.join(
     [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
 
-from measure_agent.engine.build import worker_environment  # noqa: E402
 from measure_agent.engine.runtime import KernelRuntime  # noqa: E402
 
 # The kernels timed here come from the engine's disk cache, compiled (and keyed) with the workers'
 # settings; any kernel this process compiles or loads itself must see them before numba is
 # imported, and the kernels timed in this process run with the workers' thread settings.
-os.environ.update(worker_environment())
-KernelRuntime.resolve().apply_malloc()  # glibc read its variables at start-up: in effect now too
+KernelRuntime.resolve().apply()  # the workers' settings, before numba is imported (malloc thresholds too)
 
 import numpy as np  # noqa: E402
 from numpy.lib.stride_tricks import sliding_window_view  # noqa: E402

@@ -71,12 +71,14 @@ class Layout:
         return f"out[{n}, {k}, {row}, {col}]" if self.nchw else f"out[{n}, {row}, {col}, {k}]"
 
 
-def pad_input(g: ConvGeometry, lay: Layout, loop: str, padded: bool) -> list[str]:
-    """Lines that bind ``xp``: the input, or (``padded``) a zero-padded copy made each call."""
+def pad_input(g: ConvGeometry, lay: Layout, loop: str, padded: bool,
+              size: str = "H + 2 * PH, W + 2 * PW") -> list[str]:
+    """Lines that bind ``xp``: the input, or (``padded``) a zero-padded copy made each call of
+    ``size`` (``HP, WP``: at least the padded input; zeros past it)."""
     if not padded:
         return ["xp = x  # no padding: read the input in place"]
     lines = ["# zero-padded copy of the input (one pass per call): the tiles then read without bounds checks",
-             "HP, WP = H + 2 * PH, W + 2 * PW"]
+             f"HP, WP = {size}"]
     if lay.nchw:
         lines += [
             "xp = np.empty((N, C, HP, WP), dtype=x.dtype)",

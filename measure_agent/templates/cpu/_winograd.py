@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from measure_agent.space import Config
 from measure_agent.templates.cpu._common import indent, unrolled_loop
-from measure_agent.templates.cpu._conv import ConvGeometry, Layout
+from measure_agent.templates.cpu._conv import ConvGeometry, Layout, pad_input
 
 
 def winograd_applies(g: ConvGeometry) -> bool:
@@ -49,50 +49,42 @@ def winograd_body(g: ConvGeometry, lay: Layout, config: Config, dtype: str) -> l
         "KB = (K + KT - 1) // KT",
         "CP = C + 1  # a spare channel row (see the module docstring)",
     ]
-    lines += _pad(lay)
+    lines += _pad(g, lay)
     lines += _input_transform()
     lines += _weight_transform(lay, half)
     lines += _gemm_and_output(lay, config, kt, tt)
     return lines
 
 
-def _pad(lay: Layout) -> list[str]:
-    lines = [
-        "# [pad] zero-padded NCHW copy covering 2P+2 rows and whole panels of columns",
-        "HP, WP = 2 * P + 2, 2 * PANELS * TT + 2",
+def _pad(g: ConvGeometry, lay: Layout) -> list[str]:
+    """xp in NCHW, 2P+2 rows and whole panels of columns (a 3x3 unit-stride output needs the padded
+    input's H + 2PH = OH + 2 rows and W + 2PW columns: never more)."""
+    size = "2 * P + 2, 2 * PANELS * TT + 2"
+    if lay.nchw:
+        return pad_input(g, lay, "prange", True, size)
+    # NHWC: transposed a row at a time, 16 channels at a time (contiguous reads, and 16 rows of xp
+    # written in step)
+    return [
+        "# zero-padded NCHW copy of the NHWC input, 2P+2 rows and whole panels of columns",
+        f"HP, WP = {size}",
         "xp = np.empty((N, C, HP, WP), dtype=x.dtype)",
-    ]
-    if not lay.nchw:
-        # NHWC: transposed a row at a time, 16 channels at a time (contiguous reads, and 16 rows
-        # of xp written in step)
-        return lines + [
-            "for ni in prange(N * HP):",
-            "    n, i = ni // HP, ni % HP",
-            "    ih = i - PH",
-            "    for c in range(C):",
-            "        for j in range(WP):",
-            "            xp[n, c, i, j] = 0",
-            "    if 0 <= ih < H:",
-            "        for c0 in range(0, C, 16):",
-            "            for j in range(min(W, WP - PW)):",
-            "                for c in range(c0, min(C, c0 + 16)):",
-            "                    xp[n, c, i, PW + j] = x[n, ih, j, c]",
-        ]
-    return lines + [
-        "for nc in prange(N * C):",
-        "    n, c = nc // C, nc % C",
-        "    for i in range(HP):",
-        "        ih = i - PH",
-        "        if ih < 0 or ih >= H:",
+        "for ni in prange(N * HP):",
+        "    n, i = ni // HP, ni % HP",
+        "    ih = i - PH",
+        "    if ih < 0 or ih >= H:",
+        "        for c in range(C):",
         "            for j in range(WP):",
         "                xp[n, c, i, j] = 0",
-        "        else:",
-        "            for j in range(min(PW, WP)):",
+        "    else:",
+        "        for c in range(C):  # the columns left and right of the input",
+        "            for j in range(PW):",
         "                xp[n, c, i, j] = 0",
-        "            for j in range(min(W, WP - PW)):",
-        "                xp[n, c, i, PW + j] = x[n, c, ih, j]",
         "            for j in range(PW + W, WP):",
         "                xp[n, c, i, j] = 0",
+        "        for c0 in range(0, C, 16):",
+        "            for j in range(W):",
+        "                for c in range(c0, min(C, c0 + 16)):",
+        "                    xp[n, c, i, PW + j] = x[n, ih, j, c]",
     ]
 
 

@@ -176,8 +176,8 @@ class _Conv2dCpuTemplate(Template):
 
     def default_config(self, workload: Workload, space: ConfigSpace) -> Config:
         """3x3 unit-stride layers with >= ``WINOGRAD_MIN_CHANNELS`` channels each way: Winograd
-        (:meth:`_winograd_default`). Otherwise the direct kernel, vectorised over output channels with packed weights: KT = two vectors (or less), WT the
-        column tile that fits the remaining accumulator registers and wastes least on the row's
+        (:meth:`_winograd_default`). Otherwise the direct kernel, vectorised over output channels
+        with packed weights: KT = two vectors (or less), WT the column tile that fits the remaining accumulator registers and wastes least on the row's
         last tile (AVX2 float32: 16 x 6 at 56 or 28 columns, 16 x 5 at 14, 12 accumulators); all
         input channels in one reduction block; output-channel blocks whose packed weights fit in
         L2; work items split over rows (or columns) until every core has several; with a stride,
@@ -238,8 +238,9 @@ class _Conv2dCpuTemplate(Template):
         kt = g.K if g.K <= 2 * lanes else 2 * lanes
         # output-channel blocks whose transformed weights (16 x C x KC) stay in L2 while the item's
         # tiles stream past; then enough row blocks for every core to have several items
-        k_blocks = max(1, min(math.ceil(g.K / kt), math.ceil(16 * g.C * g.K * itemsize / WINOGRAD_WEIGHT_BLOCK_BYTES)))
-        kc = math.ceil(g.K / k_blocks / kt) * kt
+        wanted_blocks = max(1, min(math.ceil(g.K / kt),
+                                   math.ceil(16 * g.C * g.K * itemsize / WINOGRAD_WEIGHT_BLOCK_BYTES)))
+        kc = math.ceil(g.K / wanted_blocks / kt) * kt
         tile_k = pick_split(space.knob("tile_k"), kt, kc, inner_ok=lambda t: t == kt)
         k_blocks = math.ceil(g.K / (tile_k[1] * kt))
         q = (g.OW + 1) // 2
@@ -293,9 +294,7 @@ class Conv2dNhwcCpuTemplate(_Conv2dCpuTemplate):
 def _render(template: _Conv2dCpuTemplate, workload: Workload, config: Config, g: ConvGeometry) -> str:
     kt, wt = _tiles(config)
     axis = config["vector_axis"]
-    pack = config["pack_weights"]
     parallel = config["parallel"]
-    order = config["reduction_order"]
     lay = Layout(template.layout)
     loop = "prange"  # always (see kernel_head); parallel=False runs it on one thread
     winograd = config["algorithm"] == "winograd"
@@ -332,12 +331,18 @@ def _render(template: _Conv2dCpuTemplate, workload: Workload, config: Config, g:
         add("N, H, W, C = x.shape")
         add("K = w.shape[3]")
         add("OH, OW = out.shape[1], out.shape[2]")
-    if winograd:
-        body += winograd_body(g, lay, config, workload.dtype)
-        lines += indent(body, 4)
-        lines += kernel_tail("conv2d", "x, w, out, KC, HB, WC, CB", parallel)
-        emit("")
-        return "\n".join(lines)
+    body += (winograd_body(g, lay, config, workload.dtype) if winograd
+             else _direct_body(g, lay, config, loop))
+    lines += indent(body, 4)
+    lines += kernel_tail("conv2d", "x, w, out, KC, HB, WC, CB", parallel)
+    emit("")
+    return "\n".join(lines)
+
+
+def _direct_body(g: ConvGeometry, lay: Layout, config: Config, loop: str) -> list[str]:
+    """The direct kernel's body, after the shapes are bound."""
+    body: list[str] = []
+    add = body.append
     if g.flat:
         add("# pointwise, unit stride, no padding: each image's output is one row of OH*OW columns")
         if lay.nchw:
@@ -353,13 +358,9 @@ def _render(template: _Conv2dCpuTemplate, workload: Workload, config: Config, g:
     add("WC = max(WT, WC - WC % WT)")
     add("HB, CB = max(HB, 1), max(CB, 1)")
     body += pad_input(g, lay, loop, g.padded)
-    if pack:
-        body += _pack_weights(lay, order, loop)
-    body += _main_loop(g, lay, config, loop)
-    lines += indent(body, 4)
-    lines += kernel_tail("conv2d", "x, w, out, KC, HB, WC, CB", parallel)
-    emit("")
-    return "\n".join(lines)
+    if config["pack_weights"]:
+        body += _pack_weights(lay, config["reduction_order"], loop)
+    return body + _main_loop(g, lay, config, loop)
 
 
 def _position(order: str) -> str:
