@@ -64,11 +64,21 @@ def main() -> int:
     parser.add_argument("--parallel", type=int, default=min(8, os.cpu_count() or 1), help="build workers")
     parser.add_argument("--budget-s", type=float, default=480.0, help="stop searching after this (default 480)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--variant", action="append", default=[], metavar="LAYER=JSON",
+                        help="also measure the default config of LAYER with these knobs changed, e.g. "
+                             "'matmul={\"blocks_per_sm\": 2}' (repeatable)")
     parser.add_argument("--smoke", action="store_true", help="tiny shapes and 2 random configs (simulator)")
     parser.add_argument("--json", help="write results here (default: $OUT/ops_cuda.json when OUT is set)")
     args = parser.parse_args()
 
     layers = SMOKE if args.smoke else {name: LAYERS[name] for name in (args.layers or LAYERS)}
+    args.variants = {}
+    for text in args.variant:
+        name, _, changes = text.partition("=")
+        try:
+            args.variants.setdefault(name, []).append(json.loads(changes))
+        except json.JSONDecodeError as exc:
+            parser.error(f"--variant {text!r}: not LAYER=JSON ({exc})")
     if args.smoke:
         args.random, args.neighbours = 2, 1
     device = detect_device()
@@ -89,7 +99,8 @@ def main() -> int:
             template = catalog.get(workload.op, "cuda")
             space = catalog.space(workload, "cuda", device)
             share = (deadline - time.monotonic()) / (len(layers) - i)
-            row = search(engine, workload, template, space, args, time.monotonic() + max(share, 10.0))
+            row = search(engine, workload, template, space, args, time.monotonic() + max(share, 10.0),
+                         args.variants.get(name, []))
             row["reference_s"] = reference_time(workload)
             results.append(row)
             print_row(row, flush=True)
@@ -106,8 +117,9 @@ def main() -> int:
     return 0 if all(r["default_s"] and r["tuned_s"] for r in results) else 1
 
 
-def search(engine, workload, template, space, args, deadline: float) -> dict:
-    """Default, random configs, then neighbours of the best: best-of-repeats seconds of each."""
+def search(engine, workload, template, space, args, deadline: float, variants=()) -> dict:
+    """Default, its variants, random configs, then neighbours of the best: best-of-repeats seconds
+    of each."""
     rng = np.random.default_rng(args.seed)
     default = template.default_config(workload, space)
     measured: dict[str, tuple] = {}
@@ -123,6 +135,17 @@ def search(engine, workload, template, space, args, deadline: float) -> dict:
 
     start = time.monotonic()
     measure([default])
+    chosen = []
+    for changes in variants:
+        try:
+            chosen.append((changes, space.from_json({**default.to_json(), **changes})))
+        except Exception as exc:  # noqa: BLE001 - a variant the space refuses is reported, not fatal
+            print(f"    variant {changes}: {exc}", file=sys.stderr)
+    measure([config for _, config in chosen])  # in one batch: they build in parallel
+    for changes, config in chosen:
+        result = measured[config.digest][1]
+        print(f"    variant {changes}: {result.min_s * 1e3:.3f} ms" if result.min_s else
+              f"    variant {changes}: {result.status.value}", flush=True)
     batch = max(1, args.parallel)
     sampled = space.sample(rng, args.random)
     for k in range(0, len(sampled), batch):

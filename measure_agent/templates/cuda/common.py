@@ -121,14 +121,16 @@ def pick_split(knob: SplitKnob, threads_at_most: int, regs_at_most: int) -> tupl
 MIN_BLOCKS = 128
 
 
-def choose_default(space: ConfigSpace, candidates: Iterable[dict], blocks_of: Callable[[dict], int]) -> Config:
+def choose_default(space: ConfigSpace, candidates: Iterable[dict], blocks_of: Callable[[dict], int],
+                   blocks_wanted: Callable[[dict], int] = lambda values: MIN_BLOCKS) -> Config:
     """The first valid candidate (knob -> value mappings in order of preference) that launches at
-    least ``MIN_BLOCKS`` blocks; else the valid one with the most blocks; else any valid config."""
+    least ``blocks_wanted(candidate)`` blocks (``MIN_BLOCKS`` unless told); else the valid one with
+    the most blocks; else any valid config."""
     valid = []
     for values in candidates:
         config = Config(tuple((name, values[name]) for name in space.knob_names))
         if space.is_valid(config):
-            if blocks_of(values) >= MIN_BLOCKS:
+            if blocks_of(values) >= blocks_wanted(values):
                 return config
             valid.append((blocks_of(values), -len(valid), config))
     if valid:
