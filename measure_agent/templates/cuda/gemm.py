@@ -33,10 +33,11 @@ blocks, threads and register tiles; ``tile_k`` = BK (only with ``shared``); ``sh
 threads, shared memory or registers per block are pruned, as are blocks of less than a warp when
 the tiles allow a warp.
 
-Measured on sm_90 SASS (ptxas 13.0, matmul 2048^3, 16 x 16 threads, 8 x 8 tile, BK 8): the
-chunk's arithmetic is 554 instructions for 512 FMAs, the whole chunk with its staging 722; the
-interleaved layout of version 1 needed 198 for 64 FMAs (4 x 4 tile, scalar shared loads, every
-address recomputed).
+Measured on sm_90 SASS (ptxas 13.0, matmul 2048^3, 16 x 16 threads, 8 x 8 tile, BK 8): a chunk,
+staging included, is 720 instructions for 512 FMAs (32 of them 128-bit shared loads); the
+interleaved layout of version 1 needed 196 for 64 FMAs (4 x 4 tile, scalar shared loads, every
+address recomputed). On an H200 the default ran matmul 2048^3 in 0.522 ms (33 TFLOP/s, 0.66x
+cuBLAS; version 1: 2.019 ms by default, 1.288 tuned).
 """
 
 from __future__ import annotations
