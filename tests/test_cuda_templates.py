@@ -8,7 +8,9 @@ processes only. Shapes stay tiny: the simulator runs every CUDA thread as a Pyth
 
 ``TUNEFLEET_CUDA_PYTHON=/path/to/python`` (an interpreter with numba-cuda and NVVM, e.g. from
 ``pip install "numba-cuda[cu12]"``) also compiles kernels to PTX for sm_90 without a GPU and checks
-that register tiles stay in registers.
+that register tiles stay in registers; with ``ptxas`` and ``cuobjdump`` on the PATH, that the
+defaults do not spill and that the GEMM defaults read shared memory in vectors. ``.ci/run``
+makes such an interpreter where the machine has a CUDA toolkit (``.ci/cuda_check_env.sh``).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -472,7 +475,7 @@ def test_cuda_candidates_fail_cleanly_without_a_gpu(tmp_path):
 
 PTX_CHECK = textwrap.dedent(
     """
-    import json, re, sys, types
+    import json, os, re, shutil, subprocess, sys, types
     import numpy as np
     from numba import cuda, typeof
     import numba.cuda.dispatcher as dispatcher
@@ -482,26 +485,45 @@ PTX_CHECK = textwrap.dedent(
     from measure_agent.templates import default_catalog
     from measure_agent.workload import parse_workload
     catalog = default_catalog()
-    for key, config in json.loads(sys.argv[1]):
+    ptxas, cuobjdump = shutil.which("ptxas"), shutil.which("cuobjdump")
+    for n, (key, config) in enumerate(json.loads(sys.argv[1])):
         workload = parse_workload(key)
         tpl = catalog.get(workload.op, "cuda")
         source = tpl.render(workload, tpl.space(workload).from_json(config))
         kernel = load_kernel(source, sys.argv[2]).kernels[0]
         sig = tuple(typeof(np.zeros((1,) * len(s), workload.dtype)) for s in workload.spec.array_shapes(workload.params))
         ptx, _ = cuda.compile_ptx(kernel.py_func, sig, cc=(9, 0))
-        print(json.dumps({"key": key, "local": ptx.count("ld.local") + ptx.count("st.local")}), flush=True)
+        row = {"key": key, "config": config, "local": ptx.count("ld.local") + ptx.count("st.local")}
+        if ptxas:  # what the GPU runs: spills and 128-bit shared-memory loads in the SASS
+            stem = os.path.join(sys.argv[2], f"k{n}")
+            with open(stem + ".ptx", "w") as f:
+                f.write(ptx)
+            info = subprocess.run([ptxas, "-arch=sm_90", "-v", stem + ".ptx", "-o", stem + ".cubin"],
+                                  capture_output=True, text=True, check=True).stderr
+            row["spill_bytes"] = sum(int(b) for b in re.findall(r"(\\d+) bytes spill", info))
+            if cuobjdump:
+                dump = subprocess.run([cuobjdump, "-sass", stem + ".cubin"], capture_output=True, text=True)
+                if dump.returncode:  # cuobjdump needs nvdisasm beside it
+                    sys.exit("cuobjdump failed: " + dump.stderr[-500:])
+                row["lds_vector"] = dump.stdout.count("LDS.128") + dump.stdout.count("LDS.64")
+        print(json.dumps(row), flush=True)
     """
 )
 
 
 @pytest.mark.skipif(not os.environ.get("TUNEFLEET_CUDA_PYTHON"), reason="set TUNEFLEET_CUDA_PYTHON to a python "
-                    "with numba-cuda[cu12] to compile kernels to PTX")
+                    "with numba-cuda and NVVM to compile kernels to PTX (.ci/run makes one where a CUDA toolkit is)")
 def test_kernels_compile_to_ptx_with_register_tiles_in_registers(tmp_path):
-    cases = []
+    """Every default config and a few random ones compile for sm_90 with their register tiles in
+    registers; where ptxas is on the PATH, the defaults spill nothing, and where cuobjdump is too,
+    the GEMM defaults read their staged operands with vector loads (the point of their layout)."""
+    cases, defaults = [], set()
     for op in OPS:
         workload = parse_workload(REALISTIC[op])
         space = template(op).space(workload)
-        configs = [template(op).default_config(workload, space)] + space.sample(np.random.default_rng(0), 2)
+        default = template(op).default_config(workload, space)
+        defaults.add((workload.key, default.json_text()))
+        configs = [default] + space.sample(np.random.default_rng(0), 2)
         cases += [(workload.key, c.to_json()) for c in configs]
     proc = subprocess.run([os.environ["TUNEFLEET_CUDA_PYTHON"], "-c", PTX_CHECK, json.dumps(cases), str(tmp_path)],
                           capture_output=True, text=True, timeout=900, cwd=Path(__file__).resolve().parents[1],
@@ -510,6 +532,18 @@ def test_kernels_compile_to_ptx_with_register_tiles_in_registers(tmp_path):
     rows = [json.loads(line) for line in proc.stdout.splitlines()]
     assert len(rows) == len(cases)
     assert all(row["local"] == 0 for row in rows), rows
+    checked = 0
+    for row in rows:
+        if (row["key"], json.dumps(row["config"], sort_keys=True, separators=(",", ":"))) not in defaults:
+            continue
+        if "spill_bytes" in row:
+            assert row["spill_bytes"] == 0, row
+        gemm = parse_workload(row["key"]).op in ("matmul", "batch_matmul", "conv2d_nchw", "conv2d_nhwc")
+        if gemm and row["config"]["shared"] and "lds_vector" in row and min(
+                row["config"]["tile_m"][2], row["config"]["tile_n"][2]) >= 2:
+            assert row["lds_vector"] > 0, row
+            checked += 1
+    assert checked or not shutil.which("cuobjdump") or not shutil.which("ptxas")
 
 
 # -- the simulator process -----------------------------------------------------------------------
