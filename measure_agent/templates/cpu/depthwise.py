@@ -58,6 +58,13 @@ LOOP_ORDERS = ("channels_outer", "rows_outer")
 ROW_BLOCKS = (1, 2, 4, 8, 16, 32, 64)
 ITEMS_PER_CORE = 4
 CORES_GUESS = 2
+# Depthwise kernels run at a tenth of a GEMM's FLOP rate (5-11 GFLOPS on one core), so the
+# parallel region pays off at far fewer FLOPs than PARALLEL_MIN_FLOPS says. Measured, NCHW 3x3,
+# defaults on 2 threads against the same config serial (2-core Xeon, quiet, GOMP's bounded spin):
+# 0.23 MFLOP (256ch 14x14 s2) 52 -> 29 us, 0.51 MFLOP 59 -> 33 us, 0.85 MFLOP (960ch 7x7) 97 -> 59
+# us, 2.0 MFLOP (144ch 56x56 s2) 179 -> 83 us. NHWC gained nothing at 2.0 MFLOP (113 -> 126 us):
+# its work items split rows, which a stride-2 layer has few of.
+NCHW_PARALLEL_MIN_FLOPS = 200_000
 
 
 def _tiles(config: Config) -> tuple[int, int]:
@@ -122,7 +129,7 @@ class _DepthwiseCpuTemplate(Template):
         are interior (7x7 planes): then a padded copy. NHWC: vectorised over channels (OT = two
         vectors or all channels), WT the column tile that fits the registers and wastes least on
         the interior columns, row by row, work items over row blocks, direct border handling. No
-        unrolling; parallel from PARALLEL_MIN_FLOPS."""
+        unrolling; parallel from PARALLEL_MIN_FLOPS (NHWC) or NCHW_PARALLEL_MIN_FLOPS (NCHW)."""
         g = ConvGeometry.of(workload)
         vt = target_of(space)
         dtype = workload.dtype
@@ -163,7 +170,7 @@ class _DepthwiseCpuTemplate(Template):
             "border": border,
             "loop_order": order,
             "unroll_r": 1,
-            "parallel": workload.flops >= PARALLEL_MIN_FLOPS,
+            "parallel": workload.flops >= (NCHW_PARALLEL_MIN_FLOPS if self.layout == "nchw" else PARALLEL_MIN_FLOPS),
         })
 
     def render(self, workload: Workload, config: Config) -> KernelSource:
