@@ -549,9 +549,11 @@ _ROW = "a_col + i // VM * (TY * VM) + i % VM"
 _COL = "b_col + j // VN * (TX * VN) + j % VN"
 
 
-def _rank1_update(lay: _Layout, a_expr: str, b_expr: str) -> list[str]:
-    """One k of the register tile, written out: numba keeps ``acc`` in registers only when every
-    index is a literal, and the operands' literal offsets let the compiler merge adjacent reads."""
+def _rank1_update(a_expr: str, b_expr: str) -> list[str]:
+    """One k of the register tile as loops over RM and RN, constants that NVVM unrolls fully: then
+    every index of ``acc`` is a constant (it stays in registers) and adjacent operand reads merge
+    into vector loads. Written out in the source instead, the same code took numba ten times longer
+    to compile (its passes grow quadratically with a function's statements)."""
     return [
         "for i in range(RM):",
         "    a_reg[i] = " + a_expr.format(_ROW),
@@ -576,8 +578,9 @@ class _Share:
     threads: int
 
     def coords(self, step: int) -> tuple[str, str]:
-        """(slow, fast) of this thread's element ``step`` as expressions of the hoisted ``{x}_slow0``
-        and ``{x}_fast0`` (tid split once), or of ``e`` when the split does not carry over."""
+        """(slow, fast) of this thread's element ``step`` as expressions: of ``{x}_slow0`` and
+        ``{x}_fast0`` (tid split once, outside the loops) when step * THREADS is a multiple of the
+        fast extent, else of tid itself."""
         offset = step * self.threads
         x = self.operand
         if offset % self.fast_extent == 0:
@@ -688,7 +691,7 @@ def _shared_steps(view: GemmView, lay: _Layout, a_name: str, b_name: str, bi: st
     lines += prefix
     for u, k in enumerate(steps):
         lines += [" " * depth + f"# k = k0 + kk + {u}" if u else " " * depth + "# k = k0 + kk"]
-        lines += indent(_rank1_update(lay, a_expr.format(k=k), b_expr.format(k=k)), depth)
+        lines += indent(_rank1_update(a_expr.format(k=k), b_expr.format(k=k)), depth)
     lines += [
         "    if more:  # into the other buffer, which nobody reads now: the last barrier saw its readers done",
         *indent(_chunk_stores(view, lay, threads, "other"), 8),
