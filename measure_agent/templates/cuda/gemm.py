@@ -517,7 +517,7 @@ def _render(template: GemmCudaTemplate, workload: Workload, view: GemmView, conf
     if shared:
         loop += _shared_steps(view, lay, a_name, b_name, bi, unroll, threads)
     else:
-        loop += _global_steps(view, lay, a_name, b_name, bi, unroll)
+        loop += _global_steps(view, a_name, b_name, bi, unroll)
     store = [f"store(out, {bi}m, n, acc[i, j])"]
     if view.n % bn:
         store = ["if n < N:"] + indent(store, 4)
@@ -700,7 +700,7 @@ def _shared_steps(view: GemmView, lay: _Layout, a_name: str, b_name: str, bi: st
     return lines
 
 
-def _global_steps(view: GemmView, lay: _Layout, a_name: str, b_name: str, bi: str, unroll: int) -> list[str]:
+def _global_steps(view: GemmView, a_name: str, b_name: str, bi: str, unroll: int) -> list[str]:
     lines = [
         "for i in range(RM):",
         f"    rows[i] = min(m0 + {_ROW}, M - 1)",
