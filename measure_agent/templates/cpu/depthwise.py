@@ -58,13 +58,21 @@ LOOP_ORDERS = ("channels_outer", "rows_outer")
 ROW_BLOCKS = (1, 2, 4, 8, 16, 32, 64)
 ITEMS_PER_CORE = 4
 CORES_GUESS = 2
+# NHWC defaults: one channel tile per work item and rows split until each core has ~16 items
+# (prange hands each thread the same number of items: whole-channel blocks left one thread 4/5
+# of the work), and at most 20 accumulators: the 12 x 2-vector tile (24) spilled. Measured on a
+# 2-core Zen 4 against torch 2.13 channels_last (GFLOPS, old default -> new): 96ch 112x112 s2
+# 43 -> 73 (torch 77), 144ch 56x56 40 -> 91 (110), 144ch 56x56 s2 25 -> 60 (41), 192ch 28x28 31
+# -> 87 (63), 960ch 7x7 19 -> 42 (25).
+NHWC_ITEMS_PER_CORE = 16
+NHWC_MAX_ACCUMULATORS = 20
 # Depthwise kernels run at a tenth of a GEMM's FLOP rate (5-11 GFLOPS on one core), so the
 # parallel region pays off at far fewer FLOPs than PARALLEL_MIN_FLOPS says. Measured, NCHW 3x3,
 # defaults on 2 threads against the same config serial (2-core Xeon, quiet, GOMP's bounded spin):
 # 0.23 MFLOP (256ch 14x14 s2) 52 -> 29 us, 0.51 MFLOP 59 -> 33 us, 0.85 MFLOP (960ch 7x7) 97 -> 59
-# us, 2.0 MFLOP (144ch 56x56 s2) 179 -> 83 us. NHWC gained nothing at 2.0 MFLOP (113 -> 126 us):
-# its work items split rows, which a stride-2 layer has few of.
-NCHW_PARALLEL_MIN_FLOPS = 200_000
+# us, 2.0 MFLOP (144ch 56x56 s2) 179 -> 83 us. NHWC gains as much once its items are equal
+# (144ch 56x56 s2: 23 -> 44-54 GFLOPS on 2 threads; 960ch 7x7, 0.85 MFLOP: 19 -> 42).
+DEPTHWISE_PARALLEL_MIN_FLOPS = 200_000
 
 
 def _tiles(config: Config) -> tuple[int, int]:
@@ -92,7 +100,9 @@ class _DepthwiseCpuTemplate(Template):
     """
 
     target = "cpu"
-    version = "3"  # 2: 512-bit vectors on AVX-512 hosts; 3: the zero-padded input copied in plain loops
+    # 2: 512-bit vectors on AVX-512 hosts; 3: the zero-padded input copied in plain loops;
+    # 4: edge tiles and border columns stored without gathers (unsigned indices)
+    version = "4"
     layout: str
 
     def space(self, workload: Workload, device: DeviceInfo | None = None) -> ConfigSpace:
@@ -128,8 +138,9 @@ class _DepthwiseCpuTemplate(Template):
         blocks; direct border handling, unless the rows are so narrow that fewer than WT columns
         are interior (7x7 planes): then a padded copy. NHWC: vectorised over channels (OT = two
         vectors or all channels), WT the column tile that fits the registers and wastes least on
-        the interior columns, row by row, work items over row blocks, direct border handling. No
-        unrolling; parallel from PARALLEL_MIN_FLOPS (NHWC) or NCHW_PARALLEL_MIN_FLOPS (NCHW)."""
+        the interior columns with at most NHWC_MAX_ACCUMULATORS, row by row, one channel tile
+        per work item and rows split for NHWC_ITEMS_PER_CORE items, direct border handling. No
+        unrolling; parallel from DEPTHWISE_PARALLEL_MIN_FLOPS."""
         g = ConvGeometry.of(workload)
         vt = target_of(space)
         dtype = workload.dtype
@@ -152,13 +163,16 @@ class _DepthwiseCpuTemplate(Template):
         else:
             axis, order = "c", "rows_outer"
             ot = g.K if g.K <= 2 * lanes else 2 * lanes
+            accumulators = min(vt.max_accumulators, NHWC_MAX_ACCUMULATORS)
             wt = pick_tile(max(1, _interior_columns(g)), vt.broadcast_tiles,
-                           vt.max_accumulators // vt.accumulator_vectors(1, ot, dtype))
-            c_splits = 1
-            h_splits = max(1, math.ceil(items / g.N))
+                           accumulators // vt.accumulator_vectors(1, ot, dtype))
+            # one channel tile per work item: equal items (a block of several tiles leaves a short
+            # last block, and prange gives each thread the same number of items), rows split too
+            c_splits = math.ceil(g.K / ot)
+            h_splits = max(1, math.ceil(NHWC_ITEMS_PER_CORE * CORES_GUESS / (g.N * c_splits)))
         tile_c = pick_split(space.knob("tile_c"), ot, max(ot, g.K // c_splits), inner_ok=lambda t: t == ot)
         tile_w = pick_split(space.knob("tile_w"), wt, g.OW, inner_ok=lambda t: t == wt)
-        if c_splits > 1:  # as many channel blocks as wanted; rows split too when channels run out
+        if c_splits > 1 and self.layout == "nchw":  # as many channel blocks as wanted; rows split too when channels run out
             h_splits = max(1, math.ceil(c_splits / math.ceil(g.K / (tile_c[1] * ot))))
         rows = max(1, g.OH // h_splits)
         tile_h = max((v for v in space.knob("tile_h").values if v[1] <= rows), key=lambda v: v[1])
@@ -170,7 +184,7 @@ class _DepthwiseCpuTemplate(Template):
             "border": border,
             "loop_order": order,
             "unroll_r": 1,
-            "parallel": workload.flops >= (NCHW_PARALLEL_MIN_FLOPS if self.layout == "nchw" else PARALLEL_MIN_FLOPS),
+            "parallel": workload.flops >= DEPTHWISE_PARALLEL_MIN_FLOPS,
         })
 
     def render(self, workload: Workload, config: Config) -> KernelSource:
@@ -399,5 +413,5 @@ def _single_columns(lay: Layout, config: Config, multiplier: int) -> list[str]:
         "                for oo in range(OT):",
         f"                    col[oo] += wt[ur, us, {o_chan}] * {lay.x('un', c_chan, 'uih', 'uiw')}",
         "        for oo in range(o_first, o_last):",
-        f"            {lay.out('un', 'np.uint64(o_base + oo)', 'uoh', 'np.uint64(ow)')} = col[oo]",
+        f"            {lay.out('un', 'np.uint64(o_base + oo)', 'uoh', 'np.uint64(ow)')} = col[np.uint64(oo)]  # unsigned: no gathers",
     ]
