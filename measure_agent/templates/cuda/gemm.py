@@ -515,7 +515,7 @@ def _render(template: GemmCudaTemplate, workload: Workload, view: GemmView, conf
         "        acc[i, j] = 0",
     ]
     if shared:
-        loop += _shared_steps(view, lay, a_name, b_name, bi, unroll, threads)
+        loop += _shared_steps(view, lay, bi, unroll, threads)
     else:
         loop += _global_steps(view, a_name, b_name, bi, unroll)
     store = [f"store(out, {bi}m, n, acc[i, j])"]
@@ -607,32 +607,52 @@ def _share_setup(view: GemmView, lay: _Layout, threads: int) -> list[str]:
     ]
 
 
-def _a_rc(view: GemmView, share: _Share, step: int) -> tuple[str, str]:
-    """(row within the block tile, k within the chunk) of A's element ``step``."""
-    slow, fast = share.coords(step)
-    return (slow, fast) if view.a_k_fastest else (fast, slow)
+@dataclass(frozen=True)
+class _Operand:
+    """What staging one operand depends on; everything else is the same for A and B. A is read as
+    ``load_a(A, m, k)``, B as ``load_b(B, k, n)``, and both staged tiles are indexed [k, m or n]."""
+
+    name: str  # "a" or "b": of load_{name}, {name}_tile and {name}_next
+    arg: str  # the kernel argument it is read from
+    k_first: bool  # load_{name} takes k before the tile index
+    k_fastest: bool  # consecutive k are adjacent in memory
+    origin: str  # the block's first index along the tile axis: "m0" or "n0"
+    bound: str  # the tile axis's extent: "M" or "N"
+    tile_ragged: bool  # the block tile does not divide the bound, so tile indices are tested
+    k_ragged: bool  # BK does not divide K, so k is tested
+    share: _Share
+
+    def coords(self, step: int) -> tuple[str, str]:
+        """(index along the tile axis within the block tile, k within the chunk) of this thread's
+        element ``step``."""
+        slow, fast = self.share.coords(step)
+        return (slow, fast) if self.k_fastest else (fast, slow)
+
+    def in_load_order(self, tile: str | None, k: str | None) -> tuple[str | None, str | None]:
+        return (k, tile) if self.k_first else (tile, k)
 
 
-def _b_cj(view: GemmView, share: _Share, step: int) -> tuple[str, str]:
-    """(k within the chunk, column within the block tile) of B's element ``step``."""
-    slow, fast = share.coords(step)
-    return (slow, fast) if view.b_n_fastest else (fast, slow)
+def _operands(view: GemmView, lay: _Layout, threads: int) -> tuple[_Operand, _Operand]:
+    bm, bn, k_ragged = lay.ty * lay.rm, lay.tx * lay.rn, bool(view.k % lay.bk)
+    share_a, share_b = _shares(view, lay, threads)
+    return (_Operand(name="a", arg=view.a_arg, k_first=False, k_fastest=view.a_k_fastest, origin="m0", bound="M",
+                     tile_ragged=bool(view.m % bm), k_ragged=k_ragged, share=share_a),
+            _Operand(name="b", arg=view.b_arg, k_first=True, k_fastest=not view.b_n_fastest, origin="n0", bound="N",
+                     tile_ragged=bool(view.n % bn), k_ragged=k_ragged, share=share_b))
 
 
-def _chunk_loads(view: GemmView, lay: _Layout, a_name: str, b_name: str, bi: str, threads: int, k0: str) -> list[str]:
+def _chunk_loads(view: GemmView, lay: _Layout, bi: str, threads: int, k0: str) -> list[str]:
     """This thread's share of the A and B chunk at ``k0`` into a_next / b_next (zero outside the
     problem); bounds are tested only on the axes the tiles do not divide."""
-    bm, bn, bk = lay.ty * lay.rm, lay.tx * lay.rn, lay.bk
-    share_a, share_b = _shares(view, lay, threads)
     lines: list[str] = []
-    for step in range(share_a.count):
-        r, c = _a_rc(view, share_a, step)
-        tests = [share_a.guard(step), f"m0 + {r} < M" if view.m % bm else None, f"{k0} + {c} < K" if view.k % bk else None]
-        lines += _guarded(f"a_next[{step}]", f"load_a({a_name}, {bi}m0 + {r}, {k0} + {c})", tests)
-    for step in range(share_b.count):
-        c, j = _b_cj(view, share_b, step)
-        tests = [share_b.guard(step), f"{k0} + {c} < K" if view.k % bk else None, f"n0 + {j} < N" if view.n % bn else None]
-        lines += _guarded(f"b_next[{step}]", f"load_b({b_name}, {bi}{k0} + {c}, n0 + {j})", tests)
+    for op in _operands(view, lay, threads):
+        for step in range(op.share.count):
+            tile, k = op.coords(step)
+            tests = op.in_load_order(f"{op.origin} + {tile} < {op.bound}" if op.tile_ragged else None,
+                                     f"{k0} + {k} < K" if op.k_ragged else None)
+            first, second = op.in_load_order(f"{op.origin} + {tile}", f"{k0} + {k}")
+            lines += _guarded(f"{op.name}_next[{step}]", f"load_{op.name}({op.arg}, {bi}{first}, {second})",
+                              [op.share.guard(step), *tests])
     return lines
 
 
@@ -645,27 +665,21 @@ def _guarded(target: str, value: str, tests: list[str | None]) -> list[str]:
 
 def _chunk_stores(view: GemmView, lay: _Layout, threads: int, buffer: str) -> list[str]:
     """a_next / b_next into the tiles' rows ``buffer + k`` (buffer 0 or BK)."""
-    share_a, share_b = _shares(view, lay, threads)
     lines: list[str] = []
-    for step in range(share_a.count):
-        r, c = _a_rc(view, share_a, step)
-        store = f"a_tile[{buffer} + {c}, {r}] = a_next[{step}]"
-        guard = share_a.guard(step)
-        lines += [f"if {guard}:", "    " + store] if guard else [store]
-    for step in range(share_b.count):
-        c, j = _b_cj(view, share_b, step)
-        store = f"b_tile[{buffer} + {c}, {j}] = b_next[{step}]"
-        guard = share_b.guard(step)
-        lines += [f"if {guard}:", "    " + store] if guard else [store]
+    for op in _operands(view, lay, threads):
+        for step in range(op.share.count):
+            tile, k = op.coords(step)
+            store = f"{op.name}_tile[{buffer} + {k}, {tile}] = {op.name}_next[{step}]"
+            guard = op.share.guard(step)
+            lines += [f"if {guard}:", "    " + store] if guard else [store]
     return lines
 
 
-def _shared_steps(view: GemmView, lay: _Layout, a_name: str, b_name: str, bi: str, unroll: int,
-                  threads: int) -> list[str]:
+def _shared_steps(view: GemmView, lay: _Layout, bi: str, unroll: int, threads: int) -> list[str]:
     """Double-buffered: chunk t is read from rows ``cur`` to ``cur + BK`` of the tiles while chunk
     t + 1 goes from registers into the other buffer, so one barrier per chunk suffices."""
     lines = ["# the first chunk: global memory -> registers -> buffer 0"]
-    lines += _chunk_loads(view, lay, a_name, b_name, bi, threads, "0")
+    lines += _chunk_loads(view, lay, bi, threads, "0")
     lines += _chunk_stores(view, lay, threads, "0")
     lines += [
         "cuda.syncthreads()",
@@ -678,7 +692,7 @@ def _shared_steps(view: GemmView, lay: _Layout, a_name: str, b_name: str, bi: st
         "    more = k0 + BK < K",
         "    if more:  # the next chunk's reads from global memory overlap this chunk's arithmetic",
         "        k1 = k0 + BK",
-        *indent(_chunk_loads(view, lay, a_name, b_name, bi, threads, "k1"), 8),
+        *indent(_chunk_loads(view, lay, bi, threads, "k1"), 8),
     ]
     a_expr, b_expr = "a_tile[cur + {k}, {{}}]", "b_tile[cur + {k}, {{}}]"
     if unroll == lay.bk:
