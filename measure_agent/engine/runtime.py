@@ -40,9 +40,12 @@ DEFAULT_THREADING_LAYER = "default"
 # call of a small parallel kernel wait for its other thread to be woken, which on a VM costs more than
 # the kernel: quiet 2-core AMD EPYC, dense 1x1000x2048 156 -> 80 us (OpenBLAS 77), matmul 128^3
 # 100 -> 35 us, and the engine's timings of one config 0.24-0.31 ms passive, 0.087-0.093 ms with a
-# spin. Bounded (a tenth of libgomp's own default) because on a host busier than its cores a spinning
-# thread holds a core its partner needs (docs/applying.md); an operator may export GOMP_SPINCOUNT=0.
-DEFAULT_SPIN_COUNT = 30000
+# spin. Short, because a thread that spins long enough to use up its scheduler slice is descheduled
+# for a whole slice whenever any other process is runnable, even at nice 19: beside a nice-19 busy
+# loop the engine recorded a 0.85 MFLOP depthwise kernel at 0.6-1.7 GFLOPS with 30000, 5-6 with
+# 2000, 17-19 sleeping at once (quiet: 30-32, 28-30, 13-14). 2000 keeps the quiet-host gain and
+# bounds the loss (docs/applying.md).
+DEFAULT_SPIN_COUNT = 2000
 MAX_SPIN_COUNT = 10**10
 # glibc's malloc hands blocks from this size up to mmap, and gives the top of its heap back to the
 # system once this much is free there. Its defaults (128 KiB, adjusted upwards to the largest block
