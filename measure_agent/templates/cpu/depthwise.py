@@ -33,7 +33,6 @@ from measure_agent.device import DeviceInfo
 from measure_agent.space import BoolKnob, ChoiceKnob, Config, ConfigSpace, Constraint, SplitKnob
 from measure_agent.templates.base import KernelSource, Template
 from measure_agent.templates.cpu._common import (
-    PARALLEL_MIN_FLOPS,
     BLOCK_TILES,
     UNROLLS,
     CpuSpace,
@@ -67,10 +66,10 @@ CORES_GUESS = 2
 NHWC_ITEMS_PER_CORE = 16
 NHWC_MAX_ACCUMULATORS = 20
 # Depthwise kernels run at a tenth of a GEMM's FLOP rate (5-11 GFLOPS on one core), so the
-# parallel region pays off at far fewer FLOPs than PARALLEL_MIN_FLOPS says. Measured, NCHW 3x3,
-# defaults on 2 threads against the same config serial (2-core Xeon, quiet, GOMP's bounded spin):
-# 0.23 MFLOP (256ch 14x14 s2) 52 -> 29 us, 0.51 MFLOP 59 -> 33 us, 0.85 MFLOP (960ch 7x7) 97 -> 59
-# us, 2.0 MFLOP (144ch 56x56 s2) 179 -> 83 us. NHWC gains as much once its items are equal
+# parallel region pays off at far fewer FLOPs than the GEMMs' PARALLEL_MIN_FLOPS (4 MFLOP) says.
+# Measured, NCHW 3x3, defaults on 2 threads against the same config serial (2-core Xeon, quiet,
+# GOMP's bounded spin): 0.23 MFLOP (256ch 14x14 s2) 52 -> 29 us, 0.51 MFLOP 59 -> 33 us, 0.85
+# MFLOP (960ch 7x7) 97 -> 59 us, 2.0 MFLOP (144ch 56x56 s2) 179 -> 83 us. NHWC gains as much once its items are equal
 # (144ch 56x56 s2: 23 -> 44-54 GFLOPS on 2 threads; 960ch 7x7, 0.85 MFLOP: 19 -> 42).
 DEPTHWISE_PARALLEL_MIN_FLOPS = 200_000
 
@@ -172,7 +171,7 @@ class _DepthwiseCpuTemplate(Template):
             h_splits = max(1, math.ceil(NHWC_ITEMS_PER_CORE * CORES_GUESS / (g.N * c_splits)))
         tile_c = pick_split(space.knob("tile_c"), ot, max(ot, g.K // c_splits), inner_ok=lambda t: t == ot)
         tile_w = pick_split(space.knob("tile_w"), wt, g.OW, inner_ok=lambda t: t == wt)
-        if c_splits > 1 and self.layout == "nchw":  # as many channel blocks as wanted; rows split too when channels run out
+        if c_splits > 1 and self.layout == "nchw":  # channel blocks as wanted; rows too when channels run out
             h_splits = max(1, math.ceil(c_splits / math.ceil(g.K / (tile_c[1] * ot))))
         rows = max(1, g.OH // h_splits)
         tile_h = max((v for v in space.knob("tile_h").values if v[1] <= rows), key=lambda v: v[1])
@@ -413,5 +412,6 @@ def _single_columns(lay: Layout, config: Config, multiplier: int) -> list[str]:
         "                for oo in range(OT):",
         f"                    col[oo] += wt[ur, us, {o_chan}] * {lay.x('un', c_chan, 'uih', 'uiw')}",
         "        for oo in range(o_first, o_last):",
-        f"            {lay.out('un', 'np.uint64(o_base + oo)', 'uoh', 'np.uint64(ow)')} = col[np.uint64(oo)]  # unsigned: no gathers",
+        # an unsigned index into the stack buffer: a signed one is wrapped below zero (gathers)
+        f"            {lay.out('un', 'np.uint64(o_base + oo)', 'uoh', 'np.uint64(ow)')} = col[np.uint64(oo)]",
     ]
