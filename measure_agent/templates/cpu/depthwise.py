@@ -69,8 +69,8 @@ NHWC_MAX_ACCUMULATORS = 20
 # parallel region pays off at far fewer FLOPs than the GEMMs' PARALLEL_MIN_FLOPS (4 MFLOP) says.
 # Measured, NCHW 3x3, defaults on 2 threads against the same config serial (2-core Xeon, quiet,
 # GOMP's bounded spin): 0.23 MFLOP (256ch 14x14 s2) 52 -> 29 us, 0.51 MFLOP 59 -> 33 us, 0.85
-# MFLOP (960ch 7x7) 97 -> 59 us, 2.0 MFLOP (144ch 56x56 s2) 179 -> 83 us. NHWC gains as much once its items are equal
-# (144ch 56x56 s2: 23 -> 44-54 GFLOPS on 2 threads; 960ch 7x7, 0.85 MFLOP: 19 -> 42).
+# MFLOP (960ch 7x7) 97 -> 59 us, 2.0 MFLOP (144ch 56x56 s2) 179 -> 83 us. NHWC gains as much once
+# its items are equal (144ch 56x56 s2: 23 -> 44-54 GFLOPS on 2 threads; 960ch 7x7: 19 -> 42).
 DEPTHWISE_PARALLEL_MIN_FLOPS = 200_000
 
 
