@@ -11,9 +11,10 @@ from measure_agent.templates.base import Template
 from measure_agent.workload import Workload
 
 
-def check_kernel(template: Template, workload: Workload, config: Config, cache_dir) -> None:
+def check_kernel(template: Template, workload: Workload, config: Config, cache_dir):
     """Compile the config's kernel (into ``cache_dir``) and compare it with the reference; the output
-    starts as NaN, so an element the kernel never writes fails."""
+    starts as NaN, so an element the kernel never writes fails. Returns the loaded kernel and its
+    rendered source."""
     source = template.render(workload, config)
     kernel = load_kernel(source, cache_dir)
     problem = make_problem(workload)
@@ -23,3 +24,4 @@ def check_kernel(template: Template, workload: Workload, config: Config, cache_d
     kernel(*args)
     result = check_output(problem, out)
     assert result.correct, f"{workload.key} {config}: max abs error {result.max_abs_error}"
+    return kernel, source
