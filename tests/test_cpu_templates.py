@@ -302,7 +302,11 @@ def test_defaults_follow_the_measured_schedules():
     assert config["vector_axis"] == "w" and config["border"] == "direct"
     depthwise = parse_workload("depthwise_conv2d_nhwc(N=1,C=960,H=7,W=7,R=3,S=3,pad=1)")
     config = TEMPLATES[depthwise.op].default_config(depthwise, TEMPLATES[depthwise.op].space(depthwise))
-    assert config["vector_axis"] == "c" and config["tile_c"][-1] == 16
+    # a small plane: channel tiles of four vectors, two columns wide (8 lanes without a device)
+    assert config["vector_axis"] == "c" and (config["tile_c"][-1], config["tile_w"][-1]) == (32, 2)
+    wider = parse_workload("depthwise_conv2d_nhwc(N=1,C=96,H=112,W=112,R=3,S=3,stride=2,pad=1)")
+    config = TEMPLATES[wider.op].default_config(wider, TEMPLATES[wider.op].space(wider))
+    assert config["vector_axis"] == "c" and config["tile_c"] == (6, 1, 16)  # two vectors, one per work item
     gemv = parse_workload("dense(M=1,N=1000,K=2048)")
     config = TEMPLATES["dense"].default_config(gemv, TEMPLATES["dense"].space(gemv))
     assert config["vector_axis"] == "k"  # W read once, in place

@@ -65,6 +65,13 @@ CORES_GUESS = 2
 # -> 87 (63), 960ch 7x7 19 -> 42 (25).
 NHWC_ITEMS_PER_CORE = 16
 NHWC_MAX_ACCUMULATORS = 20
+# Output rows at most this wide (28x28 planes and smaller) get 4-vector channel tiles two columns
+# wide, where the channels fill them to within 1/8. Defaults before -> after, 2 threads, Zen 4
+# (GFLOPS, torch channels_last): 960ch 7x7 40 -> 62-68 (18-24), 384ch 14x14 36-57 -> 70-73 (36-37),
+# 576ch 14x14 s2 35-36 -> 45-50 (15), 192ch 28x28 79-85 -> 81-82 (62). On wider planes such tiles
+# lost (96ch 112x112 s2 68 -> 41-53) or tied.
+NHWC_SMALL_PLANE_COLUMNS = 28
+NHWC_SMALL_PLANE_VECTORS = 4
 # Depthwise kernels run at a tenth of a GEMM's FLOP rate (5-11 GFLOPS on one core), so the
 # parallel region pays off at far fewer FLOPs than the GEMMs' PARALLEL_MIN_FLOPS (4 MFLOP) says.
 # Measured, NCHW 3x3, defaults on 2 threads against the same config serial (2-core Xeon, quiet,
@@ -161,10 +168,14 @@ class _DepthwiseCpuTemplate(Template):
             h_splits = 1
         else:
             axis, order = "c", "rows_outer"
-            ot = g.K if g.K <= 2 * lanes else 2 * lanes
-            accumulators = min(vt.max_accumulators, NHWC_MAX_ACCUMULATORS)
-            wt = pick_tile(max(1, _interior_columns(g)), vt.broadcast_tiles,
-                           accumulators // vt.accumulator_vectors(1, ot, dtype))
+            wide = NHWC_SMALL_PLANE_VECTORS * lanes
+            if g.OW <= NHWC_SMALL_PLANE_COLUMNS and g.K >= wide and math.ceil(g.K / wide) * wide * 8 <= g.K * 9:
+                ot, wt = wide, 2  # small planes: short rows, so a wide channel tile (at most 1/8 wasted)
+            else:
+                ot = g.K if g.K <= 2 * lanes else 2 * lanes
+                accumulators = min(vt.max_accumulators, NHWC_MAX_ACCUMULATORS)
+                wt = pick_tile(max(1, _interior_columns(g)), vt.broadcast_tiles,
+                               accumulators // vt.accumulator_vectors(1, ot, dtype))
             # one channel tile per work item: equal items (a block of several tiles leaves a short
             # last block, and prange gives each thread the same number of items), rows split too
             c_splits = math.ceil(g.K / ot)
