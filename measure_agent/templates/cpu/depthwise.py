@@ -144,7 +144,8 @@ class _DepthwiseCpuTemplate(Template):
         blocks; direct border handling, unless the rows are so narrow that fewer than WT columns
         are interior (7x7 planes): then a padded copy. NHWC: vectorised over channels (OT = two
         vectors or all channels), WT the column tile that fits the registers and wastes least on
-        the interior columns with at most NHWC_MAX_ACCUMULATORS, row by row, one channel tile
+        the interior columns with at most NHWC_MAX_ACCUMULATORS (rows of at most
+        NHWC_SMALL_PLANE_COLUMNS: four vectors by two columns), row by row, one channel tile
         per work item and rows split for NHWC_ITEMS_PER_CORE items, direct border handling. No
         unrolling; parallel from DEPTHWISE_PARALLEL_MIN_FLOPS."""
         g = ConvGeometry.of(workload)
