@@ -74,16 +74,14 @@ def time_numpy(a: np.ndarray, b: np.ndarray, repeat: int) -> float:
 
 def fma_counts(workload, config) -> tuple[int, int]:
     """(packed, scalar) FMA instructions in the compiled kernel: is the register tile vectorised?"""
-    from measure_agent.engine.build import compile_kernel, load_kernel
+    from measure_agent.engine.build import compile_kernel, kernel_assembly, load_kernel
 
     template = default_catalog().get("matmul", "cpu")
     source = template.render(workload, config)
     kernel = load_kernel(source, Path(tempfile.mkdtemp(prefix="tunefleet-asm-")))
     args = [np.zeros((1, 1), np.float32)] * 3 + list(source.runtime_args)
     compile_kernel(kernel, tuple(args))
-    # a serial kernel is a Python wrapper around its outlined loop nest ``_<entry>``
-    compiled = kernel if hasattr(kernel, "inspect_asm") else kernel.__globals__["_" + source.entry]
-    asm = compiled.inspect_asm(compiled.signatures[0])
+    asm = kernel_assembly(kernel, source)
     packed = sum(1 for line in asm.splitlines() if "vfmadd" in line and "ps" in line.split()[0])
     scalar = sum(1 for line in asm.splitlines() if "vfmadd" in line and "ss" in line.split()[0])
     return packed, scalar

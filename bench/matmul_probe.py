@@ -29,7 +29,7 @@ KernelRuntime.resolve().apply()  # the workers' settings, before numba is import
 import numpy as np  # noqa: E402
 
 from measure_agent.device import detect_device  # noqa: E402
-from measure_agent.engine.build import compile_kernel, load_kernel  # noqa: E402
+from measure_agent.engine.build import compile_kernel, kernel_assembly, load_kernel  # noqa: E402
 from measure_agent.space import ConfigError  # noqa: E402
 from measure_agent.templates import default_catalog  # noqa: E402
 from measure_agent.workload import parse_workload  # noqa: E402
@@ -130,9 +130,7 @@ def main() -> int:
         desc = f"axis={config.get('parallel_axis')} MR={config['tile_m'][2]} NR={config['tile_n'][2]} MC={mc} NC={nc} KC={kc} {config['loop_order']} u{config['unroll_k']} pa={int(config['pack_a'])} pb={int(config['pack_b'])} par={int(config['parallel'])}"
         print(f"{label}: {desc}  compile {ct:.1f}s  max err {err:.1e}", flush=True)
         if args.asm:
-            # a serial kernel outlined by kernel_tail is a Python wrapper around ``_<entry>``
-            disp = kernel if hasattr(kernel, "inspect_asm") else kernel.__globals__["_" + source.entry]
-            asm = disp.inspect_asm(disp.signatures[0])
+            asm = kernel_assembly(kernel, source)
             # a parallel kernel's loops are outlined into gufuncs: inspect_asm holds them too
             print("   ", asm_report(asm), flush=True)
         entries.append((label, kernel, source.runtime_args, out))

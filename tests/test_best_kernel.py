@@ -219,11 +219,11 @@ import tuner
 
 kernel = tuner.best_kernel("matmul(M=24,N=40,K=16)", sys.argv[3], db=sys.argv[1])
 import numba
+from measure_agent.engine.build import numba_dispatcher
 
 rng = np.random.default_rng(0)
 a, b = rng.random((24, 16), dtype=np.float32), rng.random((16, 40), dtype=np.float32)
-# a serial kernel's entry is a Python wrapper around its outlined loop nest, the numba dispatcher
-dispatcher = kernel.kernel if hasattr(kernel.kernel, "stats") else kernel.kernel.__globals__["_matmul"]
+dispatcher = numba_dispatcher(kernel.kernel, kernel.kernel_source)
 stats = dispatcher.stats
 print(json.dumps({
     "kind": kernel.kind,

@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from measure_agent.device import DeviceInfo, detect_device
+from measure_agent.engine.build import kernel_assembly
 from measure_agent.space import Config, ConfigSpace
 from measure_agent.templates.catalog import default_catalog
 from measure_agent.templates.cpu import cpu_templates
@@ -492,6 +493,5 @@ def test_depthwise_nhwc_edges_are_stored_without_gathers(tmp_path):
     assert w["C"] % config["tile_c"][-1] and config["vector_axis"] == "c", config  # a channel edge tile
     # a cache of its own: the assembly of a kernel loaded from numba's cache is not at hand
     kernel, source = check_kernel(template, w, config, tmp_path)
-    dispatcher = kernel if hasattr(kernel, "inspect_asm") else kernel.__globals__["_" + source.entry]
-    asm = dispatcher.inspect_asm(dispatcher.signatures[0])
+    asm = kernel_assembly(kernel, source)
     assert "vfmadd" in asm and "vgather" not in asm

@@ -117,6 +117,23 @@ def load_kernel(source: KernelSource, cache_dir: Path) -> Callable:
     return getattr(module, source.entry)
 
 
+def numba_dispatcher(kernel: Callable, source: KernelSource):
+    """The numba dispatcher that holds ``kernel``'s compiled loop nest: the kernel itself, or, for a
+    serial kernel (a Python wrapper that sets the thread count around its outlined loop nest, see
+    ``templates/cpu/_common.py``), the module's ``_<entry>``. Its ``inspect_asm`` and ``stats`` are
+    what tests and benches read to see the code the agent ran."""
+    if hasattr(kernel, "inspect_asm"):
+        return kernel
+    return kernel.__globals__["_" + source.entry]
+
+
+def kernel_assembly(kernel: Callable, source: KernelSource) -> str:
+    """The machine code of ``kernel``'s first compiled signature (compile it first); a parallel
+    kernel's outlined gufuncs are part of it."""
+    dispatcher = numba_dispatcher(kernel, source)
+    return dispatcher.inspect_asm(dispatcher.signatures[0])
+
+
 def compile_cuda_kernel(entry: Callable, args: tuple) -> float:
     """Compile the ``cuda.jit`` kernels a ``launch="cuda"`` entry launches, for the types of
     ``args`` (host arrays of the right dtype and rank stand in for device arrays); returns seconds.

@@ -306,11 +306,16 @@ class Tile:
         self.B, self.V, self.v = rows, lanes, lane
         self.size = rows * lanes
 
-    def at(self, b: int | str, name: str = "acc") -> str:
-        """The accumulator of row ``b`` (an int, or a variable name) in the current lane."""
+    def at(self, b: int | str, name: str = "acc", *, unsigned: bool = False) -> str:
+        """The accumulator of row ``b`` (an int, or a variable name) in the current lane.
+        ``unsigned``: index as ``np.uint64``, for loops with runtime bounds; numba wraps a signed
+        index below zero, and LLVM then reads the buffer with gathers (depthwise NHWC edge tiles:
+        1.35x faster unsigned, with 45% of tiles at an edge)."""
         if isinstance(b, int):
-            return f"{name}[{b * self.V} + {self.v}]" if b else f"{name}[{self.v}]"
-        return f"{name}[{b} * {self.V} + {self.v}]"
+            index = f"{b * self.V} + {self.v}" if b else self.v
+        else:
+            index = f"{b} * {self.V} + {self.v}"
+        return f"{name}[np.uint64({index})]" if unsigned else f"{name}[{index}]"
 
     def zero(self, row_loops: bool = False) -> list[str]:
         if row_loops:
@@ -337,11 +342,9 @@ class Tile:
             return [f"for {v} in range({self.V}):"] + [f"    {target(b)} {op} {self.at(b)}" for b in range(self.B)]
 
         def edge_store(op: str) -> list[str]:
-            # an unsigned index: numba wraps a signed one below zero, and LLVM then read the
-            # buffer with gathers (depthwise NHWC: 1.35x faster with 45% of tiles at an edge)
             return [f"for {row} in range({rows_edge}):",
                     f"    for {v} in range({lanes_edge}):",
-                    f"        {target(row)} {op} edge[np.uint64({row} * {self.V} + {v})]"]
+                    f"        {target(row)} {op} {self.at(row, 'edge', unsigned=True)}"]
 
         def either(nest) -> list[str]:
             if first is None:

@@ -28,6 +28,7 @@ The register tile is vectorised along ``vector_axis``:
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from measure_agent.device import DeviceInfo
 from measure_agent.space import BoolKnob, ChoiceKnob, Config, ConfigSpace, Constraint, SplitKnob
@@ -138,65 +139,26 @@ class _DepthwiseCpuTemplate(Template):
         return CpuSpace(knobs, constraints, vector=vt)
 
     def default_config(self, workload: Workload, space: ConfigSpace) -> Config:
-        """NCHW: vectorised over columns (WT = the whole row when it is at most a vector or whole
-        vectors up to three, else one or two vectors),
-        OT channels filling about eight accumulators, plane by plane, work items over channel
-        blocks; direct border handling, unless the rows are so narrow that fewer than WT columns
-        are interior (7x7 planes): then a padded copy. NHWC: vectorised over channels (OT = two
-        vectors or all channels), WT the column tile that fits the registers and wastes least on
-        the interior columns with at most NHWC_MAX_ACCUMULATORS (rows of at most
-        NHWC_SMALL_PLANE_COLUMNS: four vectors by two columns), row by row, one channel tile
-        per work item and rows split for NHWC_ITEMS_PER_CORE items, direct border handling. No
-        unrolling; parallel from DEPTHWISE_PARALLEL_MIN_FLOPS."""
+        """The layout's work split (``_default_split``: vector axis, loop order, border, tile_c,
+        tile_w and rows per item), the tallest row block within those rows, no unrolling; parallel
+        from DEPTHWISE_PARALLEL_MIN_FLOPS."""
         g = ConvGeometry.of(workload)
-        vt = target_of(space)
-        dtype = workload.dtype
-        lanes = vt.lanes(dtype)
-        items = ITEMS_PER_CORE * CORES_GUESS
-        border = "direct"
-        if self.layout == "nchw":
-            axis, order = "w", "channels_outer"
-            # the whole row when it is at most a vector or whole vectors; else one or two vectors
-            # (AVX-512, stride 2: a 28-wide tile ran at 2 GFLOPS, 16-wide at 9.5)
-            whole = g.OW <= lanes or (g.OW % lanes == 0 and g.OW <= 3 * lanes)
-            wt = g.OW if whole else min(2, g.OW // lanes) * lanes
-            interior = _interior_columns(g)
-            if interior < wt:  # narrow rows: tiles need every column interior, so copy with padding
-                border = "padded_copy"
-            ot = max(1, min(4, 8 // vt.accumulator_vectors(1, wt, dtype)))
-            ot = max(t for t in vt.broadcast_tiles if t <= max(ot, 1) and t <= g.K)
-            c_splits = max(1, math.ceil(items / g.N))
-            h_splits = 1
-        else:
-            axis, order = "c", "rows_outer"
-            wide = NHWC_SMALL_PLANE_VECTORS * lanes
-            if g.OW <= NHWC_SMALL_PLANE_COLUMNS and g.K >= wide and math.ceil(g.K / wide) * wide * 8 <= g.K * 9:
-                ot, wt = wide, 2  # small planes: short rows, so a wide channel tile (at most 1/8 wasted)
-            else:
-                ot = g.K if g.K <= 2 * lanes else 2 * lanes
-                accumulators = min(vt.max_accumulators, NHWC_MAX_ACCUMULATORS)
-                wt = pick_tile(max(1, _interior_columns(g)), vt.broadcast_tiles,
-                               accumulators // vt.accumulator_vectors(1, ot, dtype))
-            # one channel tile per work item: equal items (a block of several tiles leaves a short
-            # last block, and prange gives each thread the same number of items), rows split too
-            c_splits = math.ceil(g.K / ot)
-            h_splits = max(1, math.ceil(NHWC_ITEMS_PER_CORE * CORES_GUESS / (g.N * c_splits)))
-        tile_c = pick_split(space.knob("tile_c"), ot, max(ot, g.K // c_splits), inner_ok=lambda t: t == ot)
-        tile_w = pick_split(space.knob("tile_w"), wt, g.OW, inner_ok=lambda t: t == wt)
-        if c_splits > 1 and self.layout == "nchw":  # channel blocks as wanted; rows too when channels run out
-            h_splits = max(1, math.ceil(c_splits / math.ceil(g.K / (tile_c[1] * ot))))
-        rows = max(1, g.OH // h_splits)
+        split = self._default_split(g, space, workload.dtype)
+        rows = max(1, g.OH // split.h_splits)
         tile_h = max((v for v in space.knob("tile_h").values if v[1] <= rows), key=lambda v: v[1])
         return space.make({
-            "vector_axis": axis,
-            "tile_c": tile_c,
-            "tile_w": tile_w,
+            "vector_axis": split.vector_axis,
+            "tile_c": split.tile_c,
+            "tile_w": split.tile_w,
             "tile_h": tile_h,
-            "border": border,
-            "loop_order": order,
+            "border": split.border,
+            "loop_order": split.loop_order,
             "unroll_r": 1,
             "parallel": workload.flops >= DEPTHWISE_PARALLEL_MIN_FLOPS,
         })
+
+    def _default_split(self, g: ConvGeometry, space: ConfigSpace, dtype: str) -> _DefaultSplit:
+        raise NotImplementedError
 
     def render(self, workload: Workload, config: Config) -> KernelSource:
         check_workload(self, workload)
@@ -214,16 +176,76 @@ def _interior_columns(g: ConvGeometry) -> int:
     return ow_hi - ow_lo
 
 
+@dataclass(frozen=True)
+class _DefaultSplit:
+    """What a layout's default decides: the register tile, its vector axis and the work items."""
+
+    vector_axis: str
+    loop_order: str
+    border: str
+    tile_c: tuple[int, ...]
+    tile_w: tuple[int, ...]
+    h_splits: int  # row blocks per plane
+
+
 class DepthwiseConv2dNchwCpuTemplate(_DepthwiseCpuTemplate):
     __doc__ = _DepthwiseCpuTemplate.__doc__
     op = "depthwise_conv2d_nchw"
     layout = "nchw"
+
+    def _default_split(self, g: ConvGeometry, space: ConfigSpace, dtype: str) -> _DefaultSplit:
+        """Vectorised over columns: WT = the whole row when it is at most a vector or whole vectors
+        up to three, else one or two vectors; OT channels filling about eight accumulators, plane
+        by plane, work items over channel blocks, then rows when the channels run out; direct
+        border handling, unless the rows are so narrow that fewer than WT columns are interior
+        (7x7 planes): then a padded copy."""
+        vt = target_of(space)
+        lanes = vt.lanes(dtype)
+        # the whole row when it is at most a vector or whole vectors; else one or two vectors
+        # (AVX-512, stride 2: a 28-wide tile ran at 2 GFLOPS, 16-wide at 9.5)
+        whole = g.OW <= lanes or (g.OW % lanes == 0 and g.OW <= 3 * lanes)
+        wt = g.OW if whole else min(2, g.OW // lanes) * lanes
+        # narrow rows: tiles need every column interior, so copy with padding
+        border = "padded_copy" if _interior_columns(g) < wt else "direct"
+        ot = max(1, min(4, 8 // vt.accumulator_vectors(1, wt, dtype)))
+        ot = max(t for t in vt.broadcast_tiles if t <= max(ot, 1) and t <= g.K)
+        c_splits = max(1, math.ceil(ITEMS_PER_CORE * CORES_GUESS / g.N))
+        tile_c = pick_split(space.knob("tile_c"), ot, max(ot, g.K // c_splits), inner_ok=lambda t: t == ot)
+        tile_w = pick_split(space.knob("tile_w"), wt, g.OW, inner_ok=lambda t: t == wt)
+        h_splits = 1
+        if c_splits > 1:  # channel blocks as wanted; rows too when channels run out
+            h_splits = max(1, math.ceil(c_splits / math.ceil(g.K / (tile_c[1] * ot))))
+        return _DefaultSplit("w", "channels_outer", border, tile_c, tile_w, h_splits)
 
 
 class DepthwiseConv2dNhwcCpuTemplate(_DepthwiseCpuTemplate):
     __doc__ = _DepthwiseCpuTemplate.__doc__
     op = "depthwise_conv2d_nhwc"
     layout = "nhwc"
+
+    def _default_split(self, g: ConvGeometry, space: ConfigSpace, dtype: str) -> _DefaultSplit:
+        """Vectorised over channels: OT = two vectors or all channels, WT the column tile that fits
+        the registers and wastes least on the interior columns with at most
+        NHWC_MAX_ACCUMULATORS (rows of at most NHWC_SMALL_PLANE_COLUMNS: four vectors by two
+        columns); row by row, one channel tile per work item and rows split for
+        NHWC_ITEMS_PER_CORE items per core; direct border handling."""
+        vt = target_of(space)
+        lanes = vt.lanes(dtype)
+        wide = NHWC_SMALL_PLANE_VECTORS * lanes
+        if g.OW <= NHWC_SMALL_PLANE_COLUMNS and g.K >= wide and math.ceil(g.K / wide) * wide * 8 <= g.K * 9:
+            ot, wt = wide, 2  # small planes: short rows, so a wide channel tile (at most 1/8 wasted)
+        else:
+            ot = g.K if g.K <= 2 * lanes else 2 * lanes
+            accumulators = min(vt.max_accumulators, NHWC_MAX_ACCUMULATORS)
+            wt = pick_tile(max(1, _interior_columns(g)), vt.broadcast_tiles,
+                           accumulators // vt.accumulator_vectors(1, ot, dtype))
+        # one channel tile per work item: equal items (a block of several tiles leaves a short
+        # last block, and prange gives each thread the same number of items), rows split too
+        c_splits = math.ceil(g.K / ot)
+        h_splits = max(1, math.ceil(NHWC_ITEMS_PER_CORE * CORES_GUESS / (g.N * c_splits)))
+        tile_c = pick_split(space.knob("tile_c"), ot, max(ot, g.K // c_splits), inner_ok=lambda t: t == ot)
+        tile_w = pick_split(space.knob("tile_w"), wt, g.OW, inner_ok=lambda t: t == wt)
+        return _DefaultSplit("c", "rows_outer", "direct", tile_c, tile_w, h_splits)
 
 
 # -- rendering -----------------------------------------------------------------------------------
