@@ -209,6 +209,7 @@ def test_invalid_requests_get_clear_errors(log):
     from measure_agent.protocol.errors import InvalidRequest, NotFound
 
     daemon = start_daemon(log)
+    daemon.scheduler.register("k", "k-1", {}, parallel=1)  # pin values are judged in the space of the key's device
     try:
         with FleetClient(daemon.address) as client:
             with pytest.raises(InvalidRequest, match="unknown operator"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -20,7 +21,7 @@ from tuner.log import TuningLog
 from tuner.measure import SyncMeasurer
 from tuner.steering import SteeringError, parse_pin, parse_target, steer_space
 
-from fleet_helpers import start_daemon
+from fleet_helpers import start_daemon, wait_for
 
 
 def space():
@@ -161,6 +162,42 @@ def test_a_job_no_registered_agent_can_serve_is_refused(tmp_path):
                                                          "'x86': they have avx2"):
                     client.submit(JobSpec("matmul(M=2,N=2,K=2)", "x86", target="llvm -mattr=+avx512f", trials=2))
                 assert client.jobs() == []
+        finally:
+            daemon.stop()
+
+
+def test_pins_are_checked_against_the_space_of_the_jobs_devices(tmp_path):
+    """A register tile exists on some ISAs only (48 = 3 AVX-512 vectors): the daemon judges pins by
+    the devices of the job's key, not by a device-less space, and defers when it knows none."""
+    from measure_agent.protocol.errors import InvalidRequest
+    from measure_agent.templates import default_catalog
+    from tuner.daemon import Daemon
+
+    wide = ("tile_n=[2, 1, 48]",)
+    workload = "matmul(M=64,N=64,K=64)"
+    with TuningLog(f"sqlite:///{tmp_path / 't.db'}") as log:
+        daemon = Daemon(log, "127.0.0.1:0", catalog=default_catalog(), heartbeat_interval_s=0.3,
+                        agent_timeout_s=60).start()
+        try:
+            daemon.scheduler.register("wide", "avx512", {"isa_features": ["avx2", "fma", "avx512f"]}, parallel=1)
+            daemon.scheduler.register("narrow", "avx2", {"isa_features": ["avx2", "fma"]}, parallel=1)
+            with FleetClient(daemon.address) as client:
+                accepted = client.submit(JobSpec(workload, "wide", trials=1, pins=wide))
+                with pytest.raises(InvalidRequest, match=r"cannot pin tile_n=\[2, 1, 48\]: .* \(on its device\)$"):
+                    client.submit(JobSpec(workload, "narrow", trials=1, pins=wide))
+                # no agent of the key yet: only names and syntax now, the values when its device is known
+                deferred = client.submit(JobSpec(workload, "later", trials=1, pins=wide))
+                with pytest.raises(InvalidRequest, match="cannot pin unknown knob 'nope'"):
+                    client.submit(JobSpec(workload, "later", trials=1, pins=("nope=1",)))
+                with pytest.raises(InvalidRequest, match="names no knob"):
+                    client.submit(JobSpec(workload, "later", trials=1, constraints=("1 < 2",)))
+                assert {j.job_id for j in client.jobs()} == {accepted.job_id, deferred.job_id}
+                client.cancel(accepted.job_id)
+                # the key's agent turns out to be AVX2: the job fails saying why
+                daemon.scheduler.register("later", "avx2", {"isa_features": ["avx2", "fma"]}, parallel=1)
+                failed = wait_for(lambda: (j := client.job(deferred.job_id)).state == "failed" and j, 30, "failure")
+                assert re.match(r"cannot pin tile_n=\[2, 1, 48\]: .* \(on the device of key 'later'\)$", failed.message)
+                assert deferred.job_id in {j.id for j in log.jobs(status="failed")}
         finally:
             daemon.stop()
 

@@ -119,6 +119,24 @@ class _CheckClock:
         self.deadline = None
 
 
+def check_steering_names(space: ConfigSpace, pins: Sequence[tuple[str, str]] = (),
+                         constraints: Sequence[str] = ()) -> None:
+    """What can be checked before the measuring device is known: every pinned knob exists and every
+    constraint parses and names knobs of the space. The values and whether any config is left
+    depend on the device (vector width, registers, GPU limits): :func:`steer_space` on the
+    device's space checks those. Raises :class:`SteeringError`."""
+    for name, _ in pins:
+        if name not in space.knob_names:
+            raise SteeringError(f"cannot pin unknown knob {name!r}; knobs are {', '.join(space.knob_names)}")
+    for text in constraints:
+        try:
+            restriction = parse_restriction(text, space.knob_names)
+        except RestrictionError as exc:
+            raise SteeringError(str(exc)) from None
+        if not restriction.names:
+            raise SteeringError(f"constraint {text!r} names no knob")
+
+
 def steer_space(space: ConfigSpace, pins: Sequence[tuple[str, str]] = (),
                 constraints: Sequence[str] = (), budget_s: float | None = None) -> ConfigSpace:
     """``space`` narrowed by pins and constraints; raises :class:`SteeringError`, also when

@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Iterator
 
+from measure_agent.device import DeviceInfo
 from measure_agent.protocol.errors import InvalidRequest, NotFound
 from measure_agent.templates import TemplateCatalog, TemplateNotFound
 from tuner.daemon.fleet_measurer import FleetMeasurer
@@ -23,6 +24,7 @@ from tuner.fleet.jobs import JobSpec, JobSpecError, JobStatus
 from tuner.job import Progress, TuneOptions, TuningJob
 from tuner.log import JobRecord, NotFoundError, TuningLog, TuningLogError, exact_best_config
 from tuner.measure import MeasurementAborted
+from tuner.steering import SteeringError, parse_target
 
 # Steps of lower-priority jobs between two of the top priority's. Still needed: without it (rounds in
 # priority order only) the hundred-jobs fair-share test saw an urgent job finish after a normal one
@@ -84,7 +86,7 @@ class JobManager:
         # Checking constraints against a space is CPU work within a time budget: a few at a time on
         # their own threads, so that a burst of costly submissions cannot take the daemon's cores.
         try:
-            spec = self._validation.submit(spec.validate, self.catalog).result()
+            spec = self._validation.submit(spec.validate, self.catalog, self._devices_of(spec)).result()
         except JobSpecError as exc:
             raise InvalidRequest(str(exc)) from None
         self._check_servable(spec)
@@ -95,6 +97,16 @@ class JobManager:
                                      spec.trials, _options_of(spec, self.catalog.version))
         self._start(self._new_status(job_id, spec, time.time()))
         return self.get(job_id)
+
+    def _devices_of(self, spec: JobSpec) -> list[DeviceInfo]:
+        """The kinds of device seen under the job's key that its target admits: the spaces its
+        pins and constraints must fit (none known: they are checked when the job starts)."""
+        try:
+            target = parse_target(spec.target or "cpu")
+        except SteeringError:
+            return []  # validate says why
+        return [DeviceInfo.from_recorded(d) for d in self.scheduler.devices_seen(spec.device_key)
+                if not target.has_requirements or target.matches(d)]
 
     def _check_servable(self, spec: JobSpec) -> None:
         """Refuse a job whose target no agent of its key can serve: none of the kinds of device
@@ -379,6 +391,10 @@ class JobManager:
             summary = yield from tuning.steps(wait_s=0.0)
         except MeasurementAborted as exc:
             self._update(job, state=exc.job_status or "interrupted", message=str(exc))
+            return
+        except SteeringError as exc:  # pins or constraints that no config of the agents' device fits
+            self._update(job, state="failed", message=f"{exc} (on the device of key {spec.device_key!r})")
+            self._finish_in_log(job_id, "failed")
             return
         except Exception as exc:  # noqa: BLE001 - a job's failure must not take the daemon down
             self._update(job, state="failed", message=f"{type(exc).__name__}: {exc}")

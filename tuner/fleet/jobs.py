@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field, fields, replace
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from measure_agent.arguments import INT32_MAX, INT64_MAX
 from measure_agent.device import DeviceKeyError, check_device_key
@@ -21,6 +21,7 @@ from measure_agent.protocol.errors import shown
 from measure_agent.workload import Workload, WorkloadError, parse_workload
 
 if TYPE_CHECKING:
+    from measure_agent.device import DeviceInfo
     from measure_agent.templates import TemplateCatalog
     from tuner.steering import TargetSpec
 
@@ -87,15 +88,20 @@ class JobSpec:
         return tuple(parse_pin(p) for p in self.pins)
 
     # -- validation ---------------------------------------------------------------------------
-    def validate(self, catalog: "TemplateCatalog | None" = None) -> "JobSpec":
+    def validate(self, catalog: "TemplateCatalog | None" = None,
+                 devices: "Sequence[DeviceInfo]" = ()) -> "JobSpec":
         """This spec with the workload and target in canonical form; raises :class:`JobSpecError`.
 
         With ``catalog`` (the daemon's templates) it also checks that a template serves the
         operator on the target and that pins and constraints fit its space, so a bad job fails
-        when submitted rather than when an agent first measures it.
+        when submitted rather than when an agent first measures it. A space depends on the device
+        (a pinned 32-wide register tile exists on AVX-512, not on AVX2): ``devices`` are the kinds
+        of device that may measure the job (the daemon's agents of its key), and the pins and
+        constraints must leave a config on one of them. With none known, only the knob names and
+        the constraints' syntax are checked here; the job's device checks the rest when it starts.
         """
         from tuner.search import STRATEGIES
-        from tuner.steering import SteeringError, parse_target, steer_space
+        from tuner.steering import SteeringError, check_steering_names, parse_target, steer_space
 
         _check_text("workload", self.workload, MAX_WORKLOAD_CHARS)
         _check_text("family", self.family, MAX_WORKLOAD_CHARS)
@@ -136,9 +142,20 @@ class JobSpec:
 
             try:
                 catalog.get(workload.op, target.family)
-                steer_space(catalog.space(workload, target.family), pairs, self.constraints)
+                check_steering_names(catalog.space(workload, target.family), pairs, self.constraints)
             except (TemplateNotFound, SteeringError) as exc:
                 raise JobSpecError(str(exc)) from None
+            if (pairs or self.constraints) and devices:
+                errors = []
+                for device in devices:
+                    try:
+                        steer_space(catalog.space(workload, target.family, device), pairs, self.constraints)
+                        break
+                    except SteeringError as exc:
+                        errors.append(str(exc))
+                else:
+                    kinds = "its device" if len(devices) == 1 else f"any of its {len(devices)} kinds of device"
+                    raise JobSpecError(f"{errors[0]} (on {kinds})")
         return replace(self, workload=workload.key, target=target.text, pins=tuple(self.pins),
                        constraints=tuple(self.constraints), family=family)
 
