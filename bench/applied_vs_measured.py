@@ -77,7 +77,7 @@ APPLICATION = r"""
 import json, sys
 import numpy as np
 import tuner
-from measure_agent.engine.checking import make_problem
+from measure_agent.engine.checking import make_inputs
 from measure_agent.engine.cpu_wait import cpu_wait_clock
 from measure_agent.engine.kernel_call import time_kernel_calls
 from measure_agent.engine.worker import timed_costs
@@ -86,11 +86,13 @@ from measure_agent.engine import TimingConfig
 workload, device_key, db, cache_dir, timing = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], json.loads(sys.argv[5])
 kernel = tuner.best_kernel(workload, device_key, db=db, cache_dir=cache_dir)
 timing = TimingConfig(**timing)
-problem = make_problem(kernel.workload)
+# the inputs only: the reference (numpy BLAS) would leave OpenBLAS's threads spinning through the
+# first timed repeats (the run worker computes it once per workload, long before it times)
+inputs = make_inputs(kernel.workload)
 out = np.empty(kernel.workload.spec.output_shape(kernel.workload.params), dtype=kernel.workload.dtype)
 for _ in range(max(1, timing.warmup)):
-    kernel(*problem.inputs, out=out)
-costs, number = timed_costs(lambda n: time_kernel_calls(kernel, problem.inputs, out, n), timing,
+    kernel(*inputs, out=out)
+costs, number = timed_costs(lambda n: time_kernel_calls(kernel, inputs, out, n), timing,
                             cpu_wait_clock())
 print(json.dumps({"mean_s": sum(costs) / len(costs), "number": number, "kind": kernel.kind,
                   "config": kernel.config, "runtime": kernel.runtime_report.to_json()}))
