@@ -23,7 +23,8 @@ what is recorded (``applied/recorded``) is slower than what is applied.
 
 Printed per operator: the tuner's recorded mean, the medians over the rounds (the sides take turns
 going first), and the ratios applied / engine (of the medians and of the bests of the same rounds)
-and applied / recorded. Target: within 5% (0.95-1.05). The host's load
+and applied / recorded, and how far the engine's own rounds spread (max / min: the host's noise
+floor; a ratio inside it says nothing). Target: within 5% (0.95-1.05). The host's load
 average is printed at the start and the end: on a shared host compare the interleaved ratios, not
 the absolute times. On a host busier than its cores a parallel kernel's time swings 2-4x from one
 repeat to the next whichever process runs it (its threads wait for each other when one is
@@ -171,6 +172,8 @@ def main() -> int:
                 row = {"op": op, "workload": workload.key, "recorded": best.mean_s, "tune_s": tune_s[op],
                        **{k: statistics.median(v) for k, v in times.items() if v},
                        **{f"{k}_best": min(v) for k, v in times.items() if v},
+                       # the host's noise floor: how far the engine's own rounds of one config spread
+                       "engine_spread": max(times["engine"]) / min(times["engine"]),
                        "same_runtime": runtimes.get("engine") == runtimes.get("applied")}
                 rows.append(row)
                 _print_row(row)
@@ -207,8 +210,8 @@ def _print_row(row: dict) -> None:
 def _print_table(rows: list[dict]) -> None:
     spinning = any("spinning" in r for r in rows)
     head = ("| operator | recorded ms | engine ms (median) | applied ms (median) | applied/engine (medians) "
-            "| applied/engine (bests) | applied/recorded |")
-    rule = "| --- | --- | --- | --- | --- | --- | --- |"
+            "| applied/engine (bests) | applied/recorded | engine rounds max/min |")
+    rule = "| --- | --- | --- | --- | --- | --- | --- | --- |"
     if spinning:
         head += " spinning app ms | spinning/engine |"
         rule += " --- | --- |"
@@ -218,7 +221,7 @@ def _print_table(rows: list[dict]) -> None:
         engine = r.get("engine", float("nan"))
         line = (f"| {r['workload']} | {r['recorded'] * 1e3:.3f} | {engine * 1e3:.3f} | {r['applied'] * 1e3:.3f} | "
                 f"{r['applied'] / engine:.3f} | {r['applied_best'] / r['engine_best']:.3f} | "
-                f"{r['applied'] / r['recorded']:.3f} |")
+                f"{r['applied'] / r['recorded']:.3f} | {r['engine_spread']:.3f} |")
         if spinning:
             line += f" {r['spinning'] * 1e3:.3f} | {r['spinning'] / engine:.3f} |"
         print(line)
