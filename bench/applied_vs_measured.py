@@ -90,7 +90,8 @@ timing = TimingConfig(**timing)
 # the inputs only: the reference (numpy BLAS) would leave OpenBLAS's threads spinning through the
 # first timed repeats (the run worker computes it once per workload, long before it times)
 inputs = make_inputs(kernel.workload)
-out = np.empty(kernel.workload.spec.output_shape(kernel.workload.params), dtype=kernel.workload.dtype)
+# 64-byte aligned, as the run worker's (docs/applying.md: aligned arrays)
+out = tuner.empty_aligned(kernel.workload.spec.output_shape(kernel.workload.params), kernel.workload.dtype)
 for _ in range(max(1, timing.warmup)):
     kernel(*inputs, out=out)
 costs, number = timed_costs(lambda n: time_kernel_calls(kernel, inputs, out, n), timing,

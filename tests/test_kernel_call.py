@@ -115,3 +115,49 @@ def test_the_run_worker_times_every_call_through_kernel_call(monkeypatch, kernel
     # the warm-up calls and every timed call (repeats redone on a busy host add more)
     assert len(seen) >= timing.warmup + number * timing.repeat
     assert len({id(call) for call in seen}) == 1 and seen[0].runtime == KernelRuntime.resolve()
+
+
+def test_the_run_worker_times_on_64_byte_aligned_arrays_and_an_application_gets_the_same(monkeypatch,
+                                                                                     kernel_cache_dir):
+    """Where an array starts within a cache line changes some kernels' speed (engine/arrays.py): the
+    worker's inputs and output, and an output the call allocates, start on a 64-byte boundary."""
+    from measure_agent.engine.checking import make_inputs, make_problem
+
+    seen = []
+    real_call = KernelCall.__call__
+
+    def recording_call(self, *inputs, out=None):
+        result = real_call(self, *inputs, out=out)
+        seen.append([a.ctypes.data % 64 for a in (*inputs, result)])
+        return result
+
+    monkeypatch.setattr(kernel_call_module.KernelCall, "__call__", recording_call)
+    workload = parse_workload("depthwise_conv2d_nhwc(N=1,C=20,H=5,W=5,R=3,S=3,pad=1)")
+    catalog = default_catalog()
+    worker = Worker(catalog, kernel_cache_dir)
+    config = catalog.get(workload.op, "cpu").default_config(workload, catalog.space(workload, "cpu", worker.device))
+    answer = worker.handle({"op": "run", "workload": workload.key, "target": "cpu", "config": config.to_json(),
+                            "timing": asdict(TimingConfig(number=1, repeat=1, warmup=1))})
+    assert answer["status"] == MeasureStatus.OK.value, answer
+    assert seen and all(offsets == [0, 0, 0] for offsets in seen)
+    # the same draw as the reference's, at the alignment
+    for drawn, checked in zip(make_inputs(workload), make_problem(workload).inputs):
+        assert drawn.ctypes.data % 64 == 0 and drawn.flags.c_contiguous
+        np.testing.assert_array_equal(drawn, checked)
+
+    seen.clear()
+    call, _ = _call()
+    call(np.ones((3, 5), np.float32), np.ones((5, 4), np.float32))  # an output it allocates
+    assert seen[-1][-1] == 0
+
+
+@pytest.mark.parametrize("shape, dtype", [((3, 5), np.float32), (7, np.float64), ((2, 1, 3), np.float32)])
+def test_empty_aligned_gives_c_contiguous_arrays_on_the_boundary(shape, dtype):
+    import tuner
+
+    for _ in range(8):  # the allocator's offsets vary: every one must be corrected
+        array = tuner.empty_aligned(shape, dtype)
+        assert array.dtype == dtype and array.shape == ((shape,) if isinstance(shape, int) else shape)
+        assert array.flags.c_contiguous and array.flags.writeable and array.ctypes.data % 64 == 0
+    with pytest.raises(ValueError, match="power of two"):
+        tuner.empty_aligned((2, 2), np.float32, alignment=48)

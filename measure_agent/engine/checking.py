@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from measure_agent.engine.arrays import aligned_copy
 from measure_agent.workload import Workload
 
 # Inputs are drawn from a fixed seed so every agent checks against the same problem.
@@ -22,12 +23,13 @@ class Problem:
 
 
 def make_inputs(workload: Workload) -> tuple[np.ndarray, ...]:
-    """The workload's inputs, as :func:`make_problem` draws them, without the reference: what an
+    """The workload's inputs, 64-byte aligned C-contiguous arrays, as :func:`make_problem` draws
+    them, without the reference: what an
     application timing a kernel needs. (Computing the reference runs numpy's BLAS, whose threads
     then spin for ~0.1-0.2 s and slow a parallel kernel timed in that window up to 2x.)"""
     rng = np.random.default_rng(INPUT_SEED)
-    return tuple(np.ascontiguousarray(x) for x in workload.spec.make_inputs(workload.params,
-                                                                             np.dtype(workload.dtype), rng))
+    # at a fixed alignment: a kernel's speed may depend on it (measure_agent/engine/arrays.py)
+    return tuple(aligned_copy(x) for x in workload.spec.make_inputs(workload.params, np.dtype(workload.dtype), rng))
 
 
 def make_problem(workload: Workload) -> Problem:

@@ -19,6 +19,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from measure_agent.engine.arrays import empty_aligned
 from measure_agent.engine.runtime import KernelRuntime
 from measure_agent.workload import Workload
 
@@ -54,7 +55,7 @@ class KernelCall:
                 inputs = self._conformed(inputs)
                 break
         if out is None:
-            out = np.empty(self._output_shape, dtype=dtype)
+            out = empty_aligned(self._output_shape, dtype)  # as the run worker's (engine/arrays.py)
         else:
             if (type(out) is not np.ndarray or out.dtype != dtype or out.shape != self._output_shape
                     or not out.flags.c_contiguous or not out.flags.writeable):

@@ -39,6 +39,7 @@ import numpy as np
 
 from measure_agent.device import cuda_simulated, detect_device
 from measure_agent.engine.build import compile_cuda_kernel, compile_kernel, load_kernel, source_digest
+from measure_agent.engine.arrays import empty_aligned
 from measure_agent.engine.checking import Problem, check_output, make_problem
 from measure_agent.engine.cpu_wait import DISTURBED_WAIT_SHARE, cpu_wait_clock
 from measure_agent.engine.kernel_call import KernelCall, time_kernel_calls
@@ -140,7 +141,7 @@ class Worker:
         # the call an application makes through tuner.best_kernel: timed here with its checks
         call = KernelCall(kernel, workload, kernel_source.runtime_args, self.runtime)
         inputs = problem.inputs
-        out = np.empty(workload.spec.output_shape(workload.params), dtype=workload.dtype)
+        out = empty_aligned(workload.spec.output_shape(workload.params), workload.dtype)  # as the inputs are
         out.fill(np.nan)  # a kernel that leaves elements unwritten must not pass by luck
         try:
             for _ in range(max(1, timing.warmup)):
