@@ -60,10 +60,7 @@ def parse_pin(text: str) -> tuple[str, str]:
 
 
 def _pin_value(space: ConfigSpace, name: str, raw: str) -> Any:
-    try:
-        knob = space.knob(name)
-    except KeyError:
-        raise SteeringError(f"cannot pin unknown knob {name!r}; knobs are {', '.join(space.knob_names)}") from None
+    knob = _knob(space, name)
     try:
         value = loads_bounded(raw, "the value", max_chars=MAX_CONFIG_JSON_CHARS)
     except json.JSONDecodeError:
@@ -126,15 +123,26 @@ def check_steering_names(space: ConfigSpace, pins: Sequence[tuple[str, str]] = (
     depend on the device (vector width, registers, GPU limits): :func:`steer_space` on the
     device's space checks those. Raises :class:`SteeringError`."""
     for name, _ in pins:
-        if name not in space.knob_names:
-            raise SteeringError(f"cannot pin unknown knob {name!r}; knobs are {', '.join(space.knob_names)}")
+        _knob(space, name)
     for text in constraints:
-        try:
-            restriction = parse_restriction(text, space.knob_names)
-        except RestrictionError as exc:
-            raise SteeringError(str(exc)) from None
-        if not restriction.names:
-            raise SteeringError(f"constraint {text!r} names no knob")
+        _restriction(space, text)
+
+
+def _knob(space: ConfigSpace, name: str) -> Knob:
+    try:
+        return space.knob(name)
+    except KeyError:
+        raise SteeringError(f"cannot pin unknown knob {name!r}; knobs are {', '.join(space.knob_names)}") from None
+
+
+def _restriction(space: ConfigSpace, text: str):
+    try:
+        restriction = parse_restriction(text, space.knob_names)
+    except RestrictionError as exc:
+        raise SteeringError(str(exc)) from None
+    if not restriction.names:
+        raise SteeringError(f"constraint {text!r} names no knob")
+    return restriction
 
 
 def steer_space(space: ConfigSpace, pins: Sequence[tuple[str, str]] = (),
@@ -156,12 +164,7 @@ def steer_space(space: ConfigSpace, pins: Sequence[tuple[str, str]] = (),
 
         added.append(Constraint((name,), is_pinned, description))
     for text in constraints:
-        try:
-            restriction = parse_restriction(text, space.knob_names)
-        except RestrictionError as exc:
-            raise SteeringError(str(exc)) from None
-        if not restriction.names:
-            raise SteeringError(f"constraint {text!r} names no knob")
+        restriction = _restriction(space, text)
         readers = tuple((n, _expression_value(space.knob(n))) for n in restriction.names)
 
         def holds(*values: Any, restriction=restriction, readers=readers, text=text) -> bool:
