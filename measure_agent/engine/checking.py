@@ -23,12 +23,12 @@ class Problem:
 
 
 def make_inputs(workload: Workload) -> tuple[np.ndarray, ...]:
-    """The workload's inputs, 64-byte aligned C-contiguous arrays, as :func:`make_problem` draws
-    them, without the reference: what an
+    """The workload's inputs as :func:`make_problem` draws them, without the reference: what an
     application timing a kernel needs. (Computing the reference runs numpy's BLAS, whose threads
-    then spin for ~0.1-0.2 s and slow a parallel kernel timed in that window up to 2x.)"""
+    then spin for ~0.1-0.2 s and slow a parallel kernel timed in that window up to 2x.) They are
+    64-byte aligned C-contiguous arrays: a kernel's speed may depend on where an array starts
+    (:mod:`measure_agent.engine.arrays`)."""
     rng = np.random.default_rng(INPUT_SEED)
-    # at a fixed alignment: a kernel's speed may depend on it (measure_agent/engine/arrays.py)
     return tuple(aligned_copy(x) for x in workload.spec.make_inputs(workload.params, np.dtype(workload.dtype), rng))
 
 

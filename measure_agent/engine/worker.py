@@ -38,8 +38,8 @@ from pathlib import Path
 import numpy as np
 
 from measure_agent.device import cuda_simulated, detect_device
-from measure_agent.engine.build import compile_cuda_kernel, compile_kernel, load_kernel, source_digest
 from measure_agent.engine.arrays import empty_aligned
+from measure_agent.engine.build import compile_cuda_kernel, compile_kernel, load_kernel, source_digest
 from measure_agent.engine.checking import Problem, check_output, make_problem
 from measure_agent.engine.cpu_wait import DISTURBED_WAIT_SHARE, cpu_wait_clock
 from measure_agent.engine.kernel_call import KernelCall, time_kernel_calls
