@@ -48,6 +48,7 @@ from numpy.lib.stride_tricks import sliding_window_view  # noqa: E402
 
 from measure_agent.engine import TimingConfig  # noqa: E402
 from measure_agent.engine.build import load_kernel  # noqa: E402
+from measure_agent.engine.arrays import empty_aligned  # noqa: E402
 from measure_agent.engine.checking import check_output, make_problem  # noqa: E402
 from measure_agent.engine.worker import time_calls_of, timed_costs  # noqa: E402
 from measure_agent.templates import default_catalog  # noqa: E402
@@ -160,7 +161,8 @@ def time_interleaved(workload: Workload, template, default, finalists, cache_dir
     for label, config in configs.items():
         source = template.render(workload, config)
         kernel = load_kernel(source, cache_dir)
-        out = np.full(workload.spec.output_shape(workload.params), np.nan, dtype=workload.dtype)
+        out = empty_aligned(workload.spec.output_shape(workload.params), workload.dtype)  # as the agents time
+        out.fill(np.nan)
         args = (*problem.inputs, out, *source.runtime_args)
         kernel(*args)
         correct = correct and check_output(problem, out).correct

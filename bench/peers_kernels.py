@@ -144,6 +144,12 @@ def _inputs(spec: dict):
     return [rng.random(shape, dtype=np.float32) for shape in spec["input_shapes"]]
 
 
+def _aligned(tuner, array):
+    copy = tuner.empty_aligned(array.shape, array.dtype)
+    copy[...] = array
+    return copy
+
+
 def _conv_kwargs(p: dict) -> dict:
     return dict(stride=(p["stride_h"], p["stride_w"]), padding=(p["pad_h"], p["pad_w"]),
                 dilation=(p["dilation_h"], p["dilation_w"]))
@@ -155,8 +161,9 @@ def worker_tunefleet(spec: dict) -> dict:
     import tuner  # before numba: best_kernel applies the engine's runtime settings
 
     kernel = tuner.best_kernel(spec["workload"], db=spec["db"])
-    inputs = _inputs(spec)
-    out = np.empty(spec["output_shape"], np.float32)
+    # 64-byte aligned, as the agents timed them (docs/applying.md: aligned arrays)
+    inputs = [_aligned(tuner, x) for x in _inputs(spec)]
+    out = tuner.empty_aligned(spec["output_shape"], np.float32)
     return {**time_call(lambda: kernel(*inputs, out=out), spec["timing"]), "kind": kernel.kind,
             "config": kernel.config}
 
