@@ -117,15 +117,19 @@ class _CheckClock:
 
 
 def check_steering_names(space: ConfigSpace, pins: Sequence[tuple[str, str]] = (),
-                         constraints: Sequence[str] = ()) -> None:
-    """What can be checked before the measuring device is known: every pinned knob exists and every
-    constraint parses and names knobs of the space. The values and whether any config is left
+                         constraints: Sequence[str] = (), budget_s: float | None = None) -> None:
+    """What can be checked before the measuring device is known: every pinned knob exists, every
+    constraint parses and names knobs of the space, and evaluating the constraints over ``space``
+    (the device-independent one) fails on no value and ends within ``budget_s`` (a CPU or memory
+    bomb is refused here, whatever device comes). Pinned values and whether any config is left
     depend on the device (vector width, registers, GPU limits): :func:`steer_space` on the
     device's space checks those. Raises :class:`SteeringError`."""
     for name, _ in pins:
         _knob(space, name)
     for text in constraints:
         _restriction(space, text)
+    if constraints:
+        _steered(space, (), constraints, budget_s)
 
 
 def _knob(space: ConfigSpace, name: str) -> Knob:
@@ -152,6 +156,18 @@ def steer_space(space: ConfigSpace, pins: Sequence[tuple[str, str]] = (),
     :data:`CONSTRAINT_CHECK_BUDGET_S`)."""
     if not pins and not constraints:
         return space
+    steered, size, added = _steered(space, pins, constraints, budget_s)
+    if size == 0:
+        raise SteeringError("the pins and constraints leave no valid config: "
+                            + "; ".join(c.description for c in added))
+    return steered
+
+
+def _steered(space: ConfigSpace, pins: Sequence[tuple[str, str]], constraints: Sequence[str],
+             budget_s: float | None) -> tuple[ConfigSpace, int, list[Constraint]]:
+    """The narrowed space, how many configs it holds (1 where too many to count but one exists)
+    and the constraints added; evaluates every constraint once per combination, so bad or costly
+    ones raise :class:`SteeringError` here rather than later."""
     clock = _CheckClock(CONSTRAINT_CHECK_BUDGET_S if budget_s is None else budget_s)
     added: list[Constraint] = []
     for name, raw in pins:
@@ -173,7 +189,7 @@ def steer_space(space: ConfigSpace, pins: Sequence[tuple[str, str]] = (),
 
         added.append(Constraint(tuple(restriction.names), holds, text))
     steered = ConfigSpace(space.knobs, tuple(space.constraints) + tuple(added))
-    try:  # counting evaluates every constraint once per combination: bad ones fail here, not later
+    try:
         try:
             size = steered.size
         except OverflowError:  # a group too large to count: look for one valid config instead
@@ -186,10 +202,7 @@ def steer_space(space: ConfigSpace, pins: Sequence[tuple[str, str]] = (),
         raise SteeringError(str(exc)) from None
     finally:
         clock.stop()
-    if size == 0:
-        raise SteeringError("the pins and constraints leave no valid config: "
-                            + "; ".join(c.description for c in added))
-    return steered
+    return steered, size, added
 
 
 # -- target strings ------------------------------------------------------------------------------

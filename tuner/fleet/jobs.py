@@ -97,8 +97,9 @@ class JobSpec:
         when submitted rather than when an agent first measures it. A space depends on the device
         (a pinned 32-wide register tile exists on AVX-512, not on AVX2): ``devices`` are the kinds
         of device that may measure the job (the daemon's agents of its key), and the pins and
-        constraints must leave a config on one of them. With none known, only the knob names and
-        the constraints' syntax are checked here; the job's device checks the rest when it starts.
+        constraints must leave a config on one of them. With none known, the knob names are checked
+        and the constraints evaluated over the device-independent space (so a costly one is refused
+        now); the job's device checks pinned values and emptiness when it starts.
         """
         from tuner.search import STRATEGIES
         from tuner.steering import SteeringError, check_steering_names, parse_target, steer_space
@@ -142,7 +143,8 @@ class JobSpec:
 
             try:
                 catalog.get(workload.op, target.family)
-                check_steering_names(catalog.space(workload, target.family), pairs, self.constraints)
+                if not devices:
+                    check_steering_names(catalog.space(workload, target.family), pairs, self.constraints)
             except (TemplateNotFound, SteeringError) as exc:
                 raise JobSpecError(str(exc)) from None
             if (pairs or self.constraints) and devices:
