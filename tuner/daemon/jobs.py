@@ -31,6 +31,12 @@ from tuner.steering import SteeringError, parse_target
 # of its key in 2 runs of 12, with it in none of 10 (measured with batched log writes, issue 21).
 TOP_PRIORITY_EVERY = 8
 
+# How long a resting driver, woken by a result, waits for the results close behind it before it
+# steps their job: one log transaction and one proposal for the group instead of one each. Results
+# reach the log this much later (a daemon killed meanwhile loses them and the job measures them
+# again when it resumes); agents hold a lease ahead, so they do not wait for it.
+RESULT_GATHER_S = 0.02
+
 logger = logging.getLogger("tunefleet.daemon")
 
 
@@ -173,7 +179,7 @@ class JobManager:
                 job = self._next_job()
                 pending = len(self._runnable) + len(self._stepped) + 1
             if job is None:
-                self.scheduler.wait_for_change(generation, 0.5)
+                self._rest(generation)
                 continue
             busy = self._advance(job)
             if busy is None:
@@ -183,7 +189,13 @@ class JobManager:
             idle_round = 0 if busy else idle_round + 1
             if idle_round >= pending:
                 idle_round = 0
-                self.scheduler.wait_for_change(generation, 0.5)
+                self._rest(generation)
+
+    def _rest(self, generation: int) -> None:
+        """Wait for the scheduler's next change (half a second at most), then :data:`RESULT_GATHER_S`
+        more, so that one step takes the results that arrive close together."""
+        if self.scheduler.wait_for_change(generation, 0.5):
+            self._stopping.wait(RESULT_GATHER_S)
 
     def _next_job(self) -> "_Job | None":
         """The next job to step (lock held): rounds in priority order, and the round's top

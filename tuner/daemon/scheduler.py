@@ -278,11 +278,13 @@ class Scheduler:
         with self._lock:
             self._notify()
 
-    def wait_for_change(self, since_generation: int, timeout_s: float) -> None:
-        """Block until :attr:`generation` moves past ``since_generation`` or ``timeout_s`` passes."""
+    def wait_for_change(self, since_generation: int, timeout_s: float) -> bool:
+        """Block until :attr:`generation` moves past ``since_generation`` or ``timeout_s`` passes;
+        whether it moved."""
         with self._lock:
             if self._generation == since_generation:
                 self._lock.wait(timeout_s)
+            return self._generation != since_generation
 
     def cancel_job(self, job_id: int) -> None:
         """Drop the job's queued and leased candidates; results for them are rejected."""
