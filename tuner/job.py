@@ -313,7 +313,7 @@ class TuningJob:
         agent = result.measured_by or self.measurer.agent_name
         try:
             return TrialRecord.from_result(
-                self.workload.key, self.measurer.device_key, self.options.target, config.to_json(), result,
+                self.workload.key, self.measurer.device_key, self.options.target, config, result,
                 agent=agent, template_version=self.measurer.template_version, job_id=job_id,
             )
         except RecordError as exc:

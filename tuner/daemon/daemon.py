@@ -31,7 +31,9 @@ from tuner.log.leadership import DEFAULT_TTL_S, LeaderLease
 
 logger = logging.getLogger("tunefleet.daemon")
 
-GRPC_OPTIONS = CHANNEL_OPTIONS
+# No HTTP/2 bandwidth-delay probing: its pings on every busy connection cost the daemon's gRPC threads
+# ~0.05 ms per candidate with 1000 agents (0.113 -> 0.066 ms), and messages here are a few hundred bytes.
+GRPC_OPTIONS = CHANNEL_OPTIONS + [("grpc.http2.bdp_probe", 0)]
 SERVICE_NAMES = ("measure_agent.protocol.v2.AgentService", "measure_agent.protocol.v1.AgentService",
                  "measure_agent.protocol.v1.ClientService")
 
