@@ -297,12 +297,24 @@ def run_one(agents: int, per_agent: int, sleep_ms: int, workdir: str, protocol: 
         log.close()
 
 
+SLEEP_TEMPLATE_CONFIGS = 100_000  # the sleep template's space: a job cannot ask for more distinct configs
+
+
+def default_per_agent(agents: int, sleep_ms: int, light: bool) -> int:
+    """Candidates per agent: light agents run ~10 s of kernel time each, so a point measures the
+    steady state rather than start-up, within what the sleep template's space can hand out."""
+    if not light:
+        return 30
+    return max(20, min(round(10_000 / max(sleep_ms, 1)), (SLEEP_TEMPLATE_CONFIGS * 9 // 10) // agents))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--agents", type=int, nargs="+",
                         help="fleet sizes (default: 1 32 256 1000 light agents, 1 2 4 8 real ones)")
     parser.add_argument("--per-agent", type=int, default=0,
-                        help="candidates per agent (default: 20 light, 30 real: steady state, not start-up)")
+                        help="candidates per agent (default: light agents run 10 s of kernel time each, at least "
+                        "20 candidates and at most the sleep template's space over the fleet; real agents 30)")
     parser.add_argument("--sleep-ms", type=int, default=50, help="kernel time per candidate (default 50)")
     parser.add_argument("--protocol-agents", action="store_true",
                         help="light asyncio agents that speak the protocol but measure nothing: what the daemon "
@@ -318,11 +330,11 @@ def main() -> int:
         return 0
     logging.basicConfig(level=logging.ERROR)
     sizes = args.agents or ([1, 32, 256, 1000] if args.protocol_agents else [1, 2, 4, 8])
-    per_agent = args.per_agent or (20 if args.protocol_agents else 30)
     protocols = args.protocols if args.protocol_agents else ["v2"]
     rows = []
     with tempfile.TemporaryDirectory(prefix="tunefleet-fleet-bench-") as workdir:
         for n in sizes:
+            per_agent = args.per_agent or default_per_agent(n, args.sleep_ms, args.protocol_agents)
             for protocol in protocols:
                 try:
                     row = run_one(n, per_agent, args.sleep_ms, workdir, protocol, args.protocol_agents)
@@ -335,15 +347,14 @@ def main() -> int:
     if args.json:
         return 0
     kind = "light protocol agents" if args.protocol_agents else "measure-agent processes"
-    print(f"\nFleet throughput, {args.sleep_ms} ms candidates, {per_agent} per agent, {kind}, loopback, "
-          f"{os.cpu_count()} CPU cores")
-    print(f"{'proto':>5} {'agents':>6} {'cand/s':>8} {'effic.':>7} {'overhead ms':>11} {'daemon CPU ms':>13} "
+    print(f"\nFleet throughput, {args.sleep_ms} ms candidates, {kind}, loopback, {os.cpu_count()} CPU cores")
+    print(f"{'proto':>5} {'agents':>6} {'cand.':>6} {'cand/s':>8} {'effic.':>7} {'overhead ms':>11} {'daemon CPU ms':>13} "
           f"{'RSS MB':>7} {'p99 ms':>8} {'agents CPU ms':>13} {'agent CPU ms':>12} {'CPU busy':>8}")
     for r in rows:
         if "error" in r:
             print(f"{r['protocol']:>5} {r['agents']:>6}  failed: {r['error']}")
             continue
-        print(f"{r['protocol']:>5} {r['agents']:>6} {r['throughput']:>8.1f} {r['efficiency']:>7.1%} "
+        print(f"{r['protocol']:>5} {r['agents']:>6} {r['candidates']:>6} {r['throughput']:>8.1f} {r['efficiency']:>7.1%} "
               f"{r['overhead_ms']:>11.2f} {r['daemon_cpu_ms']:>13.3f} {r['daemon_rss_mb']:>7.0f} {r['p99_ms']:>8.1f} "
               f"{r['agents_cpu_ms']:>13.3f} {r['agent_cpu_ms']:>12.3f} {r['cpu_busy']:>8.0%}")
     print("CPU ms are per candidate. 'CPU busy' near 100%: this machine's cores bound the point (agents and\n"
