@@ -74,7 +74,8 @@ class JobManager:
         self._jobs: dict[int, _Job] = {}
         self._finished: deque[int] = deque()  # ids of finished jobs still in memory, oldest first
         self._validation = ThreadPoolExecutor(max_workers=VALIDATION_THREADS, thread_name_prefix="tunefleet-validate")
-        self._changed = threading.Condition()
+        self._jobs_lock = threading.RLock()
+        self._changed = threading.Condition(self._jobs_lock)  # a job's status changed
         # Jobs do not each hold a thread: DRIVER_THREADS drivers take turns advancing the runnable
         # ones a step each, and rest on the scheduler's changes when none had anything to do. A
         # round steps every runnable job once, the highest priority first: with a hundred jobs a
@@ -84,6 +85,10 @@ class JobManager:
         self._round_top = 0  # the highest priority of this round's jobs
         self._lower_steps = 0  # steps of lower-priority jobs since the top ones were stepped
         self._drivers: list[threading.Thread] = []
+        # Drivers beyond the number of live jobs would only wake on every change to find nothing
+        # to step: driver i takes part while more than i jobs live, and waits here otherwise.
+        self._live_jobs = 0
+        self._driver_wanted = threading.Condition(self._jobs_lock)
         self._stopping = threading.Event()
 
     def submit(self, spec: JobSpec) -> JobStatus:
@@ -162,20 +167,26 @@ class JobManager:
         with self._changed:
             self._jobs[status.job_id] = job
             self._runnable.append(job)
+            self._live_jobs += 1
+            self._driver_wanted.notify_all()
             if not self._drivers:
-                self._drivers = [threading.Thread(target=self._drive, name=f"tunefleet-jobs-{i}", daemon=True)
+                self._drivers = [threading.Thread(target=self._drive, args=(i,), name=f"tunefleet-jobs-{i}",
+                                                  daemon=True)
                                  for i in range(DRIVER_THREADS)]
                 for driver in self._drivers:
                     driver.start()
         self.scheduler.nudge()  # wake a resting driver
 
-    def _drive(self) -> None:
+    def _drive(self, index: int) -> None:
         """Advance runnable jobs one step at a time; when a whole round got nothing done, rest
-        until the scheduler changes (a result, an agent, a cancellation) or half a second passes."""
+        until the scheduler changes (a result, an agent, a cancellation) or half a second passes.
+        Driver ``index`` takes part only while more than ``index`` jobs live."""
         idle_round = 0
         while not self._stopping.is_set():
             generation = self.scheduler.generation
             with self._changed:
+                while index >= self._live_jobs and not self._stopping.is_set():
+                    self._driver_wanted.wait()
                 job = self._next_job()
                 pending = len(self._runnable) + len(self._stepped) + 1
             if job is None:
@@ -183,6 +194,8 @@ class JobManager:
                 continue
             busy = self._advance(job)
             if busy is None:
+                with self._changed:
+                    self._live_jobs -= 1
                 continue  # the job ended
             with self._changed:
                 self._stepped.append(job)
@@ -310,6 +323,8 @@ class JobManager:
             self.scheduler.cancel_job(job.status.job_id)
         self._wait_finished(jobs, 10)
         self._stopping.set()
+        with self._changed:
+            self._driver_wanted.notify_all()
         self.scheduler.nudge()
         for driver in self._drivers:
             driver.join(timeout=10)

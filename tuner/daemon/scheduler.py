@@ -264,7 +264,7 @@ class Scheduler:
         with self._lock:
             queue = self._queues.setdefault(key, {}).setdefault(job_id, deque())
             queue.extend(Candidate(batch, i, priority) for i in range(len(items)))
-            self._notify()
+            # no _notify: a submission is no news to those waiting for results, agents or cancellations
             self._work_queued(key, len(items) if requirement is None else None)
         return batch
 
