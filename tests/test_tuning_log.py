@@ -466,6 +466,11 @@ def test_record_validation_and_canonical_form():
         TrialRecord(WL, "dev", "cpu", {}, "ok", (float("nan"),), 1.0)
     with pytest.raises(RecordError):
         TrialRecord(WL, " dev", "cpu", {}, "ok", (1.0,), 1.0)
+    for non_finite in (float("nan"), float("inf")):  # a Config's own text is not trusted with them
+        with pytest.raises(RecordError, match="JSON-serialisable"):
+            TrialRecord(WL, "dev", "cpu", Config((("scale", non_finite),)), "ok", (1.0,), 1.0)
+    spelled = TrialRecord(WL, "dev", "cpu", Config((("mode", "NaN"),)), "ok", (1.0,), 1.0)
+    assert spelled.config == {"mode": "NaN"} and spelled.config_digest == Config((("mode", "NaN"),)).digest
     with pytest.raises(RecordError):
         TrialRecord("nope", "dev", "cpu", {}, "ok", (1.0,), 1.0)
     for bad_text in ("nul\x00inside", "lone \ud800 surrogate"):

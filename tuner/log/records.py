@@ -113,12 +113,14 @@ class TrialRecord:
         object.__setattr__(self, "workload_key", workload_key)
         _require_key("device_key", self.device_key)
         _require_key("target", self.target)
-        identity = (self.config.json_text(), self.config.digest) if isinstance(self.config, Config) else None
-        text = _config_text(self.config)
+        if isinstance(self.config, Config) and not _may_be_non_finite(self.config.json_text()):
+            # a Config knows its canonical text and digest: no second serialisation per trial
+            text = self.config.json_text()
+            self.__dict__["config_digest"] = self.config.digest
+        else:
+            text = _config_text(self.config)
         object.__setattr__(self, "config", json.loads(text))  # a copy: the caller's dict cannot change it
         self.__dict__["config_text"] = text  # what the cached property computes, known now
-        if identity is not None and identity[0] == text:
-            self.__dict__["config_digest"] = identity[1]
         status = self.status.value if isinstance(self.status, MeasureStatus) else self.status
         if status not in TRIAL_STATUSES:
             raise RecordError(f"status {status!r} is not one of {', '.join(TRIAL_STATUSES)}")
@@ -318,6 +320,12 @@ def _seconds(name: str, value: Any) -> float:
     if not math.isfinite(value) or value < 0:
         raise RecordError(f"{name} must be finite and non-negative, not {value!r}")
     return value
+
+
+def _may_be_non_finite(text: str) -> bool:
+    """Whether canonical JSON text may hold NaN or an infinity, which the log refuses (a string
+    value spelling them only sends the text the slower, exact way)."""
+    return "NaN" in text or "Infinity" in text
 
 
 def _config_text(config: Any) -> str:
