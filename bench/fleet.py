@@ -301,11 +301,12 @@ SLEEP_TEMPLATE_CONFIGS = 100_000  # the sleep template's space: a job cannot ask
 
 
 def default_per_agent(agents: int, sleep_ms: int, light: bool) -> int:
-    """Candidates per agent: light agents run ~10 s of kernel time each, so a point measures the
-    steady state rather than start-up, within what the sleep template's space can hand out."""
+    """Candidates per agent: light agents run ~10 s of kernel time each and at least 50 candidates
+    (the last round's drain costs about one candidate per agent), so a point measures the steady
+    state rather than start-up and drain, within what the sleep template's space can hand out."""
     if not light:
         return 30
-    return max(20, min(round(10_000 / max(sleep_ms, 1)), (SLEEP_TEMPLATE_CONFIGS * 9 // 10) // agents))
+    return min(max(50, round(10_000 / max(sleep_ms, 1))), (SLEEP_TEMPLATE_CONFIGS * 9 // 10) // agents)
 
 
 def main() -> int:
@@ -314,7 +315,7 @@ def main() -> int:
                         help="fleet sizes (default: 1 32 256 1000 light agents, 1 2 4 8 real ones)")
     parser.add_argument("--per-agent", type=int, default=0,
                         help="candidates per agent (default: light agents run 10 s of kernel time each, at least "
-                        "20 candidates and at most the sleep template's space over the fleet; real agents 30)")
+                        "50 candidates and at most the sleep template's space over the fleet; real agents 30)")
     parser.add_argument("--sleep-ms", type=int, default=50, help="kernel time per candidate (default 50)")
     parser.add_argument("--protocol-agents", action="store_true",
                         help="light asyncio agents that speak the protocol but measure nothing: what the daemon "
