@@ -44,6 +44,7 @@ sys.path.insert(0, str(ROOT))
 
 from measure_agent.engine import TimingConfig  # noqa: E402
 from measure_agent.templates import testing_catalog  # noqa: E402
+from measure_agent.templates.testing import SLEEP_VARIANTS  # noqa: E402
 from tuner.daemon import Daemon, FleetClient  # noqa: E402
 from tuner.fleet import JobSpec  # noqa: E402
 from tuner.log import TuningLog  # noqa: E402
@@ -297,16 +298,13 @@ def run_one(agents: int, per_agent: int, sleep_ms: int, workdir: str, protocol: 
         log.close()
 
 
-SLEEP_TEMPLATE_CONFIGS = 100_000  # the sleep template's space: a job cannot ask for more distinct configs
-
-
 def default_per_agent(agents: int, sleep_ms: int, light: bool) -> int:
     """Candidates per agent: light agents run ~10 s of kernel time each and at least 50 candidates
     (the last round's drain costs about one candidate per agent), so a point measures the steady
     state rather than start-up and drain, within what the sleep template's space can hand out."""
     if not light:
         return 30
-    return min(max(50, round(10_000 / max(sleep_ms, 1))), (SLEEP_TEMPLATE_CONFIGS * 9 // 10) // agents)
+    return min(max(50, round(10_000 / max(sleep_ms, 1))), (SLEEP_VARIANTS * 9 // 10) // agents)
 
 
 def main() -> int:

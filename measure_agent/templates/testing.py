@@ -13,6 +13,7 @@ from measure_agent.templates.base import KernelSource, Template
 from measure_agent.workload import Workload
 
 BEHAVIOURS = ("ok", "compile_error", "raise", "wrong", "hang", "abort", "segfault", "sleep")
+SLEEP_VARIANTS = 100_000  # distinct configs of the sleep template (fleet benches size their jobs within it)
 
 _HEADER = '''import time
 import os
@@ -94,7 +95,7 @@ class SleepTemplate(Template):
     """A "kernel" of known duration for fleet tests and benchmarks: target ``sleep``.
 
     ``matmul(M,N,K)`` on target ``sleep`` computes A @ B and then sleeps K milliseconds per call;
-    its only knob, ``variant``, makes 100,000 distinct configs that all behave the same.
+    its only knob, ``variant``, makes :data:`SLEEP_VARIANTS` distinct configs that all behave the same.
     """
 
     op = "matmul"
@@ -103,7 +104,7 @@ class SleepTemplate(Template):
     version = "testing-1"
 
     def space(self, workload: Workload, device: DeviceInfo | None = None) -> ConfigSpace:
-        return ConfigSpace([ChoiceKnob("variant", tuple(range(100_000)))])
+        return ConfigSpace([ChoiceKnob("variant", tuple(range(SLEEP_VARIANTS)))])
 
     def default_config(self, workload: Workload, space: ConfigSpace) -> Config:
         return space.make({"variant": 0})

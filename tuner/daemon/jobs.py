@@ -74,8 +74,8 @@ class JobManager:
         self._jobs: dict[int, _Job] = {}
         self._finished: deque[int] = deque()  # ids of finished jobs still in memory, oldest first
         self._validation = ThreadPoolExecutor(max_workers=VALIDATION_THREADS, thread_name_prefix="tunefleet-validate")
-        self._jobs_lock = threading.RLock()
-        self._changed = threading.Condition(self._jobs_lock)  # a job's status changed
+        jobs_lock = threading.RLock()
+        self._changed = threading.Condition(jobs_lock)  # a job's status changed
         # Jobs do not each hold a thread: DRIVER_THREADS drivers take turns advancing the runnable
         # ones a step each, and rest on the scheduler's changes when none had anything to do. A
         # round steps every runnable job once, the highest priority first: with a hundred jobs a
@@ -88,7 +88,7 @@ class JobManager:
         # Drivers beyond the number of live jobs would only wake on every change to find nothing
         # to step: driver i takes part while more than i jobs live, and waits here otherwise.
         self._live_jobs = 0
-        self._driver_wanted = threading.Condition(self._jobs_lock)
+        self._driver_wanted = threading.Condition(jobs_lock)
         self._stopping = threading.Event()
 
     def submit(self, spec: JobSpec) -> JobStatus:

@@ -113,9 +113,10 @@ class TrialRecord:
         object.__setattr__(self, "workload_key", workload_key)
         _require_key("device_key", self.device_key)
         _require_key("target", self.target)
-        if isinstance(self.config, Config) and not _may_be_non_finite(self.config.json_text()):
+        known = self.config.json_text() if isinstance(self.config, Config) else None
+        if known is not None and not _may_be_non_finite(known):
             # a Config knows its canonical text and digest: no second serialisation per trial
-            text = self.config.json_text()
+            text = known
             self.__dict__["config_digest"] = self.config.digest
         else:
             text = _config_text(self.config)
