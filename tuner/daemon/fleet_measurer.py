@@ -28,12 +28,17 @@ class FleetMeasurer(Measurer):
         self.wait_timeout_s = wait_timeout_s
         self.interrupt = interrupt or threading.Event()
         self.requirement = requirement  # which agents of the key may measure (target options)
-        self._batches: list[tuple[Batch, set[int]]] = []  # with the indices already collected
+        self._batches: list[tuple[Batch, int]] = []  # with how many of its finished results were collected
         self._waiting_since: float | None = None
+        self._parallelism = (-1, 0)  # (the scheduler's agents_version it was counted at, the count)
 
     @property
     def parallelism(self) -> int:  # type: ignore[override]
-        return self.scheduler.parallelism(self.device_key, self.requirement)
+        # asked at every step of the job: counted again only when the fleet changed
+        version = self.scheduler.agents_version
+        if self._parallelism[0] != version:
+            self._parallelism = (version, self.scheduler.parallelism(self.device_key, self.requirement))
+        return self._parallelism[1]
 
     @property
     def device_info(self) -> dict:  # type: ignore[override]
@@ -63,7 +68,7 @@ class FleetMeasurer(Measurer):
         if items:
             batch = self.scheduler.submit(self.device_key, self.job_id, self.priority, items, self.timing,
                                           self.requirement)
-            self._batches.append((batch, set()))
+            self._batches.append((batch, 0))
 
     def collect(self, timeout_s: float) -> list[tuple[MeasureInput, MeasureResult]]:
         if not self._batches:
@@ -84,13 +89,18 @@ class FleetMeasurer(Measurer):
             self.scheduler.wait_for_change(generation, min(remaining, 0.5))
 
     def _take_ready(self) -> list[tuple[MeasureInput, MeasureResult]]:
+        """The results that arrived since the last call. The scheduler sets ``results[i]`` before
+        it appends ``i`` to ``finished`` (under its lock), so the slice read here without the lock
+        names only results that are there."""
         ready = []
+        batches = []
         for batch, taken in self._batches:
-            for index, result in enumerate(list(batch.results)):
-                if result is not None and index not in taken:
-                    taken.add(index)
-                    ready.append((batch.items[index], result))
-        self._batches = [(b, t) for b, t in self._batches if len(t) < len(b.items)]
+            new = batch.finished[taken:]
+            ready += [(batch.items[index], batch.results[index]) for index in new]
+            taken += len(new)
+            if taken < len(batch.items):
+                batches.append((batch, taken))
+        self._batches = batches
         return ready
 
     def _check_can_go_on(self) -> None:

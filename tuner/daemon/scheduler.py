@@ -64,6 +64,9 @@ class Batch:
     timing: TimingConfig
     results: list[MeasureResult | None]
     remaining: int
+    # indices whose result arrived, in arrival order (appended after ``results[i]`` is set): a
+    # job collects the new ones from where it left off instead of scanning every result
+    finished: list[int] = field(default_factory=list)
     cancelled: bool = False
     requirement: Callable[[dict], bool] | None = None  # which agents may measure it (target options)
 
@@ -124,6 +127,7 @@ class Scheduler:
         self._key_devices: dict[str, dict[str, dict]] = {}
         self._started_jobs: set[int] = set()
         self._generation = 0
+        self._agents_version = 0  # counts joins, departures and quarantines (see agents_version)
         self.expired_leases = 0
         self.results_by_status: Counter[str] = Counter()  # accepted results, for metrics
         self._recent_results: deque[float] = deque(maxlen=100_000)
@@ -145,6 +149,7 @@ class Scheduler:
                 parallel=max(1, parallel), peer=peer, registered_at=now, last_heartbeat=now,
             )
             self._agents[agent.agent_id] = agent
+            self._agents_version += 1
             self._key_last_seen[key] = now
             self._remember_device(key, device_info)
             for refused in [k for k in self._refused if k[:2] == (name, key)]:
@@ -185,6 +190,7 @@ class Scheduler:
         with self._lock:
             agent = self._agents.pop(agent_id, None)
             if agent is not None:
+                self._agents_version += 1
                 if lost:
                     self.expired_leases += len(agent.leases)
                 self._requeue(agent)
@@ -206,7 +212,15 @@ class Scheduler:
             agent = self._agents.get(agent_id)
             return agent.name if agent is not None else ""
 
+    @property
+    def agents_version(self) -> int:
+        """Moves whenever an agent joins, leaves, is presumed dead or is quarantined: what
+        :meth:`parallelism` and :meth:`device_info` answer can change only when it moves."""
+        return self._agents_version
+
     def parallelism(self, key: str, requirement: Callable[[dict], bool] | None = None) -> int:
+        """Candidates the key's live agents (that meet ``requirement``) measure at once. O(agents):
+        a caller asking at every step keeps the answer until :attr:`agents_version` moves."""
         with self._lock:
             return sum(a.parallel for a in self._agents.values() if a.key == key and not a.quarantined
                        and (requirement is None or requirement(a.device_info)))
@@ -396,6 +410,7 @@ class Scheduler:
                 batch = candidate.batch
                 if batch.results[candidate.index] is None:
                     batch.results[candidate.index] = result
+                    batch.finished.append(candidate.index)
                     batch.remaining -= 1
                     self.results_by_status[result.status.value] += 1
                     self._recent_results.append(now)
@@ -482,6 +497,7 @@ class Scheduler:
         dead = [a for a in self._agents.values() if now - a.last_heartbeat > self.agent_timeout_s]
         for agent in dead:
             del self._agents[agent.agent_id]
+            self._agents_version += 1
             self.expired_leases += len(agent.leases)
             self._requeue(agent)
         return len(dead)
@@ -530,6 +546,7 @@ class Scheduler:
             agent.overdue_leases += 1
             if agent.overdue_leases >= OVERDUE_LEASES_TO_QUARANTINE and not agent.quarantined:
                 agent.quarantined = True
+                self._agents_version += 1
                 logger.warning("agent %s (%s, key %s) quarantined: %d leases not reported in time",
                                agent.name, agent.agent_id[:8], agent.key, agent.overdue_leases)
                 self._requeue(agent)

@@ -43,11 +43,14 @@ def create_log_engine(url: str) -> Engine:
     display = redact(url)
     try:
         parsed = make_url(url)
-        kwargs: dict[str, Any] = {"pool_pre_ping": True}
+        kwargs: dict[str, Any] = {}
         if parsed.get_backend_name() == "sqlite":
+            # a file has no connection to lose: no ping (a query) before each transaction
             kwargs["connect_args"] = {"timeout": SQLITE_BUSY_TIMEOUT_S}
-        elif parsed.get_backend_name() == "postgresql" and "connect_timeout" not in parsed.query:
-            kwargs["connect_args"] = {"connect_timeout": PG_CONNECT_TIMEOUT_S}
+        else:
+            kwargs["pool_pre_ping"] = True  # a server restarted since: reconnect instead of failing
+            if parsed.get_backend_name() == "postgresql" and "connect_timeout" not in parsed.query:
+                kwargs["connect_args"] = {"connect_timeout": PG_CONNECT_TIMEOUT_S}
         engine = create_engine(parsed, **kwargs)
     except ImportError as exc:
         if (getattr(exc, "name", None) or "").split(".")[0] == "psycopg":  # not installed on an agent-only host
