@@ -49,7 +49,11 @@ from tuner.daemon import Daemon, FleetClient  # noqa: E402
 from tuner.fleet import JobSpec  # noqa: E402
 from tuner.log import TuningLog  # noqa: E402
 
-LIGHT_PROCESSES = 4  # light agents are spread over this many processes (each an asyncio loop)
+# Light agents are spread over processes (each an asyncio loop): at least 4, and enough that none
+# serves more than 125 agents (a loop of 250 woke each agent ~35 ms late per candidate at 1 s,
+# which the bench would have charged to the daemon), at most 8.
+LIGHT_PROCESSES = (4, 8)
+LIGHT_AGENTS_PER_PROCESS = 125
 
 
 # -- agents ---------------------------------------------------------------------------------------
@@ -64,8 +68,9 @@ def start_agents(address: str, key: str, count: int, cache_dir: str) -> list[sub
 
 
 def start_light_agents(address: str, key: str, count: int, sleep_ms: int, protocol: str) -> list[subprocess.Popen]:
-    """``count`` light agents of ``protocol`` over up to :data:`LIGHT_PROCESSES` processes."""
-    processes = min(LIGHT_PROCESSES, count)
+    """``count`` light agents of ``protocol`` over :data:`LIGHT_PROCESSES` processes."""
+    fewest, most = LIGHT_PROCESSES
+    processes = min(count, max(fewest, min(most, -(-count // LIGHT_AGENTS_PER_PROCESS))))
     shares = [count // processes + (1 if i < count % processes else 0) for i in range(processes)]
     first = [sum(shares[:i]) for i in range(processes)]
     return [subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--serve-light-agents", address, key,
@@ -109,10 +114,15 @@ def serve_light_agents(address: str, key: str, count: int, sleep_ms: int, protoc
             reader = asyncio.ensure_future(read())
             while True:  # the only writer of the stream
                 try:
-                    lease_id = await asyncio.wait_for(leased.get(), welcome.heartbeat_interval_s)
-                except asyncio.TimeoutError:
-                    await call.write(pb2.AgentMessage(heartbeat=pb2.Heartbeat()))
-                    continue
+                    # a lease held ahead starts at once, as a measure-agent's runner takes it (a
+                    # wait_for is a task and a loop turn or two: milliseconds on a busy loop)
+                    lease_id = leased.get_nowait()
+                except asyncio.QueueEmpty:
+                    try:
+                        lease_id = await asyncio.wait_for(leased.get(), welcome.heartbeat_interval_s)
+                    except asyncio.TimeoutError:
+                        await call.write(pb2.AgentMessage(heartbeat=pb2.Heartbeat()))
+                        continue
                 await asyncio.sleep(sleep_ms / 1000.0)
                 # new credit rides on the results, as a measure-agent sends it to a daemon that says so
                 await call.write(pb2.AgentMessage(results=pb2.Results(
