@@ -74,7 +74,8 @@ def start_light_agents(address: str, key: str, count: int, sleep_ms: int, protoc
     shares = [count // processes + (1 if i < count % processes else 0) for i in range(processes)]
     first = [sum(shares[:i]) for i in range(processes)]
     return [subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--serve-light-agents", address, key,
-                              str(n), str(sleep_ms), protocol, str(f)], stdout=subprocess.DEVNULL)
+                              str(n), str(sleep_ms), protocol, str(f)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             for n, f in zip(shares, first)]
 
 
@@ -268,10 +269,21 @@ def run_one(agents: int, per_agent: int, sleep_ms: int, workdir: str, protocol: 
             agent_main_cpu_start = tree_cpu_seconds([p.pid for p in processes], children=False)
             job = client.submit(JobSpec(workload, key, target="sleep", strategy="random",
                                         trials=agents * 2 + candidates, seed=2, timing=timing))
+            # a point that stalls (v1's light agents at 1,000) is cancelled and reported, not waited on
+            limit_s = 60.0 + 3.0 * candidates * (sleep_ms / 1000.0) / agents
+            stall = threading.Timer(limit_s, cancel_job, (daemon.address, job.job_id))
+            stall.daemon = True
+            stall.start()
             final = None
-            for final in client.watch(job.job_id):
-                pass
+            try:
+                for final in client.watch(job.job_id):
+                    pass
+            finally:
+                stall.cancel()
             wall = time.perf_counter() - start
+            if final is not None and final.state == "cancelled":
+                raise RuntimeError(f"did not finish within {limit_s:.0f} s: {final.measured_now} of {candidates} "
+                                   "results")
             daemon_cpu = time.process_time() - cpu_start
             threads = thread_cpu_seconds()
             agents_cpu = tree_cpu_seconds([p.pid for p in processes]) - agents_cpu_start
@@ -306,6 +318,11 @@ def run_one(agents: int, per_agent: int, sleep_ms: int, workdir: str, protocol: 
                 p.wait()
         daemon.stop(grace_s=1.0)
         log.close()
+
+
+def cancel_job(address: str, job_id: int) -> None:
+    with FleetClient(address) as client:
+        client.cancel(job_id)
 
 
 def default_per_agent(agents: int, sleep_ms: int, light: bool) -> int:
