@@ -19,6 +19,7 @@ from tuner.daemon import FleetClient
 from tuner.daemon import jobs as daemon_jobs
 from tuner.daemon import service as daemon_service
 from tuner.daemon.client import spec_to_proto
+from tuner.daemon.fleet_measurer import FleetMeasurer
 from tuner.daemon.limits import OVERDUE_LEASES_TO_QUARANTINE, ClientCallLimiter, ClientCallsFull
 from tuner.daemon.scheduler import Scheduler
 from tuner.fleet import JobSpec
@@ -170,6 +171,56 @@ def test_a_lease_past_its_deadline_goes_to_another_agent_and_repeat_offenders_ar
         assert scheduler.report(healthy.agent_id, candidate.lease_id, MeasureResult(MeasureStatus.OK, costs=(1.0,)))
     assert batch.remaining == 0
     assert scheduler.parallelism("k") == 1  # the quarantined agent does not count as capacity
+
+
+def test_a_jobs_view_of_the_fleet_follows_agents_and_collects_each_result_once():
+    """The job's measurer keeps its parallelism between steps and its place in each batch's
+    arrivals: both must still follow every join, departure, death and quarantine, and hand each
+    result over exactly once, in whatever order and grouping the results arrive."""
+    now = [0.0]
+    scheduler = Scheduler(heartbeat_interval_s=1.0, agent_timeout_s=5.0, clock=lambda: now[0])
+    measurer = FleetMeasurer(scheduler, "k", job_id=1, priority=0, timing=FAST, template_version="t",
+                             cancel=threading.Event())
+    assert measurer.parallelism == 0
+    first = scheduler.register("k", "first", {}, parallel=2)
+    assert measurer.parallelism == 2
+    second = scheduler.register("k", "second", {}, parallel=3)
+    scheduler.register("other", "elsewhere", {}, parallel=5)
+    assert measurer.parallelism == 5
+    scheduler.leave(second.agent_id)
+    assert measurer.parallelism == 2
+
+    workload = parse_workload("matmul(M=2,N=2,K=1)")
+    space = testing_catalog().get("matmul", "sleep").space(workload)
+    items = [MeasureInput(workload, space.make({"variant": i}), "sleep") for i in range(5)]
+    measurer.submit(items[:3])
+    measurer.submit(items[3:])
+    leases = scheduler.lease(first.agent_id, 5, 0)
+    assert len(leases) == 5
+    ok = MeasureResult(MeasureStatus.OK, costs=(1.0,))
+    scheduler.report_many(first.agent_id, [(leases[4].lease_id, ok), (leases[1].lease_id, ok)])
+    collected = [item for item, _ in measurer.collect(0)]
+    assert collected == [items[1], items[4]]
+    assert measurer.collect(0) == []  # nothing new: nothing twice
+    scheduler.report_many(first.agent_id, [(lease.lease_id, ok) for lease in (leases[0], leases[2], leases[3])])
+    collected += [item for item, _ in measurer.collect(0)]
+    assert sorted(collected, key=items.index) == items and len(collected) == 5
+    assert measurer._batches == []  # both batches done: nothing left to look at
+
+    now[0] += 6.0  # the agent falls silent past its timeout
+    scheduler.expire_dead_agents()
+    assert measurer.parallelism == 0
+    late = scheduler.register("k", "late", {}, parallel=4)
+    assert measurer.parallelism == 4
+    measurer.submit([MeasureInput(workload, space.make({"variant": 9}), "sleep")])
+    [lease] = scheduler.lease(late.agent_id, 1, 0)
+    while lease.deadline is not None:  # never reported: overdue until it is quarantined
+        now[0] += 1.0
+        scheduler.heartbeat(late.agent_id)
+        if lease.deadline is None and not late.quarantined:
+            [lease] = scheduler.lease(late.agent_id, 1, 0)
+    assert late.quarantined
+    assert measurer.parallelism == 0
 
 
 def test_quarantined_agents_are_shown_by_tuner_agents(log, capsys):
