@@ -21,7 +21,7 @@ from tuner.daemon import service as daemon_service
 from tuner.daemon.client import spec_to_proto
 from tuner.daemon.fleet_measurer import FleetMeasurer
 from tuner.daemon.limits import OVERDUE_LEASES_TO_QUARANTINE, ClientCallLimiter, ClientCallsFull
-from tuner.daemon.scheduler import Scheduler
+from tuner.daemon.scheduler import DEADLINE_HEAP_SLACK, Scheduler
 from tuner.fleet import JobSpec
 from tuner.log import TuningLog
 
@@ -367,3 +367,35 @@ def test_a_costly_constraint_is_refused_within_its_budget_by_the_daemon(log, mon
             assert client.jobs() == [] and log.jobs() == []
     finally:
         daemon.stop()
+
+
+def test_the_lease_deadline_heap_stays_bounded_however_many_leases_end():
+    """Every lease pushes a deadline minutes away; reported leases must not leave their entries
+    behind for those minutes (at a thousand results a second: hundreds of thousands), while a lease
+    that is still held keeps its deadline through the compaction."""
+    now = [0.0]
+    scheduler = Scheduler(heartbeat_interval_s=1.0, agent_timeout_s=5.0, clock=lambda: now[0])
+    agent = scheduler.register("k", "busy", {}, parallel=1)
+    idle = scheduler.register("k", "idle", {}, parallel=1)
+    workload = parse_workload("matmul(M=2,N=2,K=1)")
+    space = testing_catalog().get("matmul", "sleep").space(workload)
+    timing = TimingConfig(build_timeout_s=2, run_timeout_s=1)
+    ok = MeasureResult(MeasureStatus.OK, costs=(1.0,))
+    scheduler.submit("k", 1, 0, [MeasureInput(workload, space.make({"variant": 0}), "sleep")], timing)
+    [kept] = scheduler.lease(idle.agent_id, 1, 0)  # held, never reported
+    rounds = 3 * DEADLINE_HEAP_SLACK
+    for i in range(rounds):
+        scheduler.submit("k", 1, 0, [MeasureInput(workload, space.make({"variant": 1 + i % 1000}), "sleep")], timing)
+        [candidate] = scheduler.lease(agent.agent_id, 1, 0)
+        assert scheduler.report(agent.agent_id, candidate.lease_id, ok)
+        assert scheduler.heartbeat(idle.agent_id)
+        now[0] += 0.001  # a thousand results a second: no deadline passes
+    assert len(scheduler._deadlines) <= 2 * 1 + DEADLINE_HEAP_SLACK + 1
+    assert kept.agent_id == idle.agent_id and kept.deadline is not None
+    # the held lease's deadline survived the rebuilds: past it, the lease is taken back
+    for _ in range(1000):
+        if kept.deadline is None:
+            break
+        now[0] += 1.0
+        assert scheduler.heartbeat(idle.agent_id) and scheduler.heartbeat(agent.agent_id)
+    assert kept.deadline is None and scheduler.expired_leases == 1

@@ -37,6 +37,10 @@ from tuner.fleet.agents import RefusedAgent
 
 logger = logging.getLogger("tunefleet.daemon")
 
+# Entries of ended leases the deadline heap may hold beyond twice the live leases before it is
+# rebuilt: the floor keeps a small fleet from rebuilding it every few leases.
+DEADLINE_HEAP_SLACK = 4096
+
 
 @dataclass
 class AgentState:
@@ -131,7 +135,9 @@ class Scheduler:
         self.expired_leases = 0
         self.results_by_status: Counter[str] = Counter()  # accepted results, for metrics
         self._recent_results: deque[float] = deque(maxlen=100_000)
-        self._deadlines: list[tuple[float, str]] = []  # heap of (deadline, lease id)
+        # heap of (deadline, lease id); an entry stays after its lease ends (reported, requeued,
+        # cancelled) until its deadline passes or the heap is compacted (see _take)
+        self._deadlines: list[tuple[float, str]] = []
         self._next_dead_scan = 0.0
         # (name, key, host) -> (the refusal, when last refused); oldest first, bounded
         self._refused: OrderedDict[tuple[str, str, str], tuple[RefusedAgent, float]] = OrderedDict()
@@ -483,6 +489,14 @@ class Scheduler:
         for job_id in [j for j, q in queues.items() if not q]:
             del queues[job_id]
         if taken:
+            # Deadlines are minutes away (build and run timeouts) while results come back in
+            # milliseconds: at a thousand results a second, ended leases' entries would hold
+            # hundreds of thousands of entries. Rebuilt from the live leases once the stale ones
+            # outnumber them (and a floor), so its cost per lease stays O(1).
+            if len(self._deadlines) > 2 * len(self._leases) + DEADLINE_HEAP_SLACK:
+                self._deadlines = [(c.deadline, lease_id) for lease_id, c in self._leases.items()
+                                   if c.deadline is not None]
+                heapq.heapify(self._deadlines)
             # The agent measures what it holds one after another: the last of these may wait for
             # all the others (an agent leases its next batch while one runs).
             ahead = sum(self._leases[lease_id].worst_case_s for lease_id in agent.leases)
