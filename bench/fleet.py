@@ -88,6 +88,7 @@ def serve_light_agents(address: str, key: str, count: int, sleep_ms: int, protoc
     from measure_agent.device import detect_device
     from measure_agent.engine import MeasureResult, MeasureStatus
     from measure_agent.protocol import PROTOCOL_VERSION, V1_PROTOCOL_VERSION
+    from measure_agent.protocol.connection import CHANNEL_OPTIONS
     from measure_agent.protocol.convert import capabilities_to_proto, result_to_proto
     from measure_agent.protocol.v1 import fleet_pb2 as pb1
     from measure_agent.protocol.v1 import fleet_pb2_grpc as pb1_grpc
@@ -96,7 +97,8 @@ def serve_light_agents(address: str, key: str, count: int, sleep_ms: int, protoc
 
     caps = capabilities_to_proto(detect_device(), __version__, testing_catalog().version, ["matmul/sleep"])
     result = MeasureResult(MeasureStatus.OK, costs=(sleep_ms / 2000.0,))
-    options = [("grpc.use_local_subchannel_pool", 1)]  # a connection per agent
+    # a measure-agent's channel options, and a connection per agent
+    options = CHANNEL_OPTIONS + [("grpc.use_local_subchannel_pool", 1)]
 
     async def v2_agent(i: int) -> None:
         async with grpc.aio.insecure_channel(address, options=options) as channel:
