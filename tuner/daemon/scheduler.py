@@ -490,9 +490,9 @@ class Scheduler:
             del queues[job_id]
         if taken:
             # Deadlines are minutes away (build and run timeouts) while results come back in
-            # milliseconds: at a thousand results a second, ended leases' entries would hold
-            # hundreds of thousands of entries. Rebuilt from the live leases once the stale ones
-            # outnumber them (and a floor), so its cost per lease stays O(1).
+            # milliseconds: at a thousand results a second the heap would hold hundreds of
+            # thousands of ended leases. Rebuilt from the live leases once the ended ones
+            # outnumber them (beyond a floor), so its cost per lease stays O(1).
             if len(self._deadlines) > 2 * len(self._leases) + DEADLINE_HEAP_SLACK:
                 self._deadlines = [(c.deadline, lease_id) for lease_id, c in self._leases.items()
                                    if c.deadline is not None]
