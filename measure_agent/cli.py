@@ -79,7 +79,7 @@ def cmd_measure(args: argparse.Namespace) -> int:
 
 def run_agent(args: argparse.Namespace) -> int:
     import logging
-    import signal
+    from measure_agent.signals import call_on_signals
 
     from measure_agent.agent import Agent, AgentRefused
 
@@ -102,8 +102,7 @@ def run_agent(args: argparse.Namespace) -> int:
     except (CredentialsError, RuntimeSettingsError) as exc:  # a bad token file, or NUMBA_NUM_THREADS=two
         print(f"measure-agent: error: {exc}", file=sys.stderr)
         return 2
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: agent.stop())
+    call_on_signals(agent.stop)
     try:
         agent.run()
     except AgentRefused as exc:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import signal
 import sys
 import threading
 
@@ -64,6 +63,7 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from measure_agent.signals import call_on_signals
     from measure_agent.templates import load_catalog
     from tuner.daemon import Daemon
 
@@ -75,8 +75,7 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, handlers=[handler])
     logging.getLogger("alembic").setLevel(logging.WARNING)
     stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+    call_on_signals(stop.set)
     from measure_agent.protocol.connection import read_tokens
     from tuner.daemon.daemon import Security
     from tuner.daemon.security import check_tls_files, exposure_policy

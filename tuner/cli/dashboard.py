@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import signal
 import threading
 
 from tuner.cli.common import EXIT_FAILURE, CliError, add_db_arguments, listen_address, open_log
@@ -108,11 +107,11 @@ def run(args: argparse.Namespace) -> int:
     models = load_models(args.dashboard_models)
     for warning in warnings:
         print(f"tuner: warning: {warning}", file=sys.stderr)
+    from measure_agent.signals import call_on_signals
     from tuner.dashboard.app import create_app
 
     stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+    call_on_signals(stop.set)
     with open_log(args.db, existing=True) as log:
         server = start_server(create_app(log, access=access, models=models), args.listen, args.tls_cert, args.tls_key)
         print(f"tunefleet dashboard of {log.url} at {server.url}/ (Ctrl-C stops it)", flush=True)
