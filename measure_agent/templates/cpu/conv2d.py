@@ -81,6 +81,12 @@ CORES_GUESS = 2
 # Xeon, AVX-512, 2 vectors of output channels): 8 tiles 272-314 GFLOPS on ResNet-50's 3x3 layers,
 # 10 tiles 204-275, 12 tiles ~100 (spills), 5 tiles 147-273.
 WINOGRAD_TILES = (4, 5, 6, 8)
+# Accumulator registers a default Winograd tile may use: 5/8 of them (10 of AVX2's 16, 20 of 32),
+# fewer than a direct tile's 3/4. Measured (2-core Zen 3, AVX2, 2 threads, best (median) of 4
+# interleaved rounds, 2 vectors of output channels): 6 tiles (12 accumulators) ran 98-104 (88-96)
+# GFLOPS on 3x3 layers of 64 and 96 channels at 56x56, NCHW and NHWC; 4 tiles 196-218 (167-197),
+# 5 tiles 185-214 (126-197). On AVX-512 the budget of 20 leaves the measured 8 tiles in reach.
+WINOGRAD_ACCUMULATOR_EIGHTHS = 5
 # Winograd pays its transforms per tile and channel (C + K), its savings per channel pair (C * K):
 # a default takes it from this many input and output channels. Measured, defaults against defaults
 # (2-core Xeon, AVX-512, 2 threads, GFLOPS best of 200 calls, two rounds; onnxruntime 1.32 beside):
@@ -230,7 +236,8 @@ class _Conv2dCpuTemplate(Template):
 
     def _winograd_default(self, workload: Workload, space: ConfigSpace, g: ConvGeometry, vt) -> Config:
         """Winograd with KT = two vectors of output channels (or all of them), TT tiles from
-        ``WINOGRAD_TILES`` that fit the accumulators and waste least at the row's end, output-channel
+        ``WINOGRAD_TILES`` that fit :data:`WINOGRAD_ACCUMULATOR_EIGHTHS` of the registers and waste
+        least at the row's end, output-channel
         blocks whose transformed weights fit ``WINOGRAD_WEIGHT_BLOCK_BYTES``, and work items of whole
         tile rows until every core has several."""
         lanes = vt.lanes(workload.dtype)
@@ -244,7 +251,8 @@ class _Conv2dCpuTemplate(Template):
         tile_k = pick_split(space.knob("tile_k"), kt, kc, inner_ok=lambda t: t == kt)
         k_blocks = math.ceil(g.K / (tile_k[1] * kt))
         q = (g.OW + 1) // 2
-        at_most = vt.max_accumulators // vt.accumulator_vectors(1, kt, workload.dtype)
+        budget = vt.registers * WINOGRAD_ACCUMULATOR_EIGHTHS // 8
+        at_most = budget // vt.accumulator_vectors(1, kt, workload.dtype)
         tiles = [t for t in WINOGRAD_TILES if t in vt.broadcast_tiles and t <= min(g.OW, at_most)] or [1]
         # a panel may run past the row's last tile (its slots compute zeros): 8 tiles for 7 of them
         # (14x14 outputs) ran 1.2x faster than 4 + 4 on one thread
