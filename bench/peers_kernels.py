@@ -535,6 +535,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workloads", nargs="+", metavar="NAME", help=f"default: {' '.join(DEFAULT_WORKLOADS)}; "
                         f"names: {', '.join(table)}, or workload keys")
     parser.add_argument("--trials", nargs="+", type=int, default=[64, 200], help="trial budgets (default 64 200)")
+    parser.add_argument("--tvm-trials", nargs="+", type=int,
+                        help="TVM's trial budgets when they differ from --trials (time to TVM@200's quality "
+                        "needs tunefleet only up to TVM's tuning time: --trials 64 --tvm-trials 200)")
     parser.add_argument("--peers", nargs="+", choices=PEERS, default=list(PEERS), help="default: all")
     parser.add_argument("--no-tune", action="store_true", help="only the untuned peers (torch, onnxruntime, openblas)")
     parser.add_argument("--quick", action="store_true",
@@ -554,9 +557,10 @@ def main(argv: list[str] | None = None) -> int:
         args.trials = [4] if args.trials == [64, 200] else args.trials
         args.rounds, args.repeats = 1, 5
         table.update(QUICK)
-    if any(t < 1 for t in args.trials) or args.rounds < 1 or args.repeats < 1 or args.warmup < 0 or args.min_ms < 0:
+    if any(t < 1 for t in args.trials + (args.tvm_trials or [])) or args.rounds < 1 or args.repeats < 1 or args.warmup < 0 or args.min_ms < 0:
         parser.error("--trials, --rounds and --repeats must be >= 1, --warmup and --min-ms >= 0")
     trials = sorted(set(args.trials))
+    tvm_trials = sorted(set(args.tvm_trials or trials))
     names = args.workloads or DEFAULT_WORKLOADS
     sys.path.insert(0, str(ROOT))
     from measure_agent.workload import parse_workload
@@ -574,7 +578,8 @@ def main(argv: list[str] | None = None) -> int:
     missing = available(peers, tvm_python)
     timing = {"warmup": args.warmup, "repeats": args.repeats, "min_ms": args.min_ms}
     print(f"peers_kernels: {THREADS} threads each, own process each, {args.rounds} round(s) x {args.repeats} samples "
-          f"(each >= {args.min_ms:g} ms) after {args.warmup} warm-up calls; trials {trials}; TVM -mcpu={mcpu}; "
+          f"(each >= {args.min_ms:g} ms) after {args.warmup} warm-up calls; trials {trials}"
+          f"{f' (TVM {tvm_trials})' if tvm_trials != trials else ''}; TVM -mcpu={mcpu}; "
           f"load average {_load()}", flush=True)
     for peer in peers:
         if missing[peer]:
@@ -583,12 +588,13 @@ def main(argv: list[str] | None = None) -> int:
     run_dir = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="peers_kernels-"))
     run_dir.mkdir(parents=True, exist_ok=True)
     runner = Runner(run_dir, tvm_python, verbose=False)
-    report = {"threads": THREADS, "timing": timing, "rounds": args.rounds, "trials": trials, "mcpu": mcpu,
+    report = {"threads": THREADS, "timing": timing, "rounds": args.rounds, "trials": trials, "tvm_trials": tvm_trials,
+              "mcpu": mcpu,
               "missing": {p: m for p, m in missing.items() if m}, "workloads": []}
     try:
         for name, workload in workloads.items():
             report["workloads"].append(run_workload(name, workload, trials, peers, missing, timing, args.rounds,
-                                                    mcpu, runner, run_dir))
+                                                    mcpu, runner, run_dir, tvm_trials))
             if args.json:
                 Path(args.json).write_text(json.dumps(report, indent=1, default=str))
     finally:
@@ -600,7 +606,8 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def run_workload(name, workload, trials, peers, missing, timing, rounds, mcpu, runner: Runner, run_dir: Path) -> dict:
+def run_workload(name, workload, trials, peers, missing, timing, rounds, mcpu, runner: Runner, run_dir: Path,
+                 tvm_trials: list[int] | None = None) -> dict:
     flops = float(workload.flops)
     base = {"workload": workload.key, "op": workload.op, "params": workload.params, "flops": flops,
             "input_shapes": [list(s) for s in workload.spec.input_shapes(workload.params)],
@@ -642,7 +649,7 @@ def run_workload(name, workload, trials, peers, missing, timing, rounds, mcpu, r
             contestants[key] = ("tunefleet", {**base, "db": f"sqlite:///{snapshot}"}, env)
 
     if "tvm" in peers and not missing["tvm"]:
-        for count in trials:
+        for count in tvm_trials or trials:
             key = f"tvm@{count}"
             workdir = run_dir / f"tvm-{slug}-{count}"
             start = time.monotonic()
