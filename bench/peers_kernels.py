@@ -694,6 +694,8 @@ def run_workload(name, workload, trials, peers, missing, timing, rounds, mcpu, r
     # when the tuner's own measurement first reached each peer's best GFLOPS (its best sample, not its
     # median: on a loaded 2-core host the median of a 2-thread peer collapses whenever another process
     # takes a core, torch's most of all; the best sample is what the peer does when left alone)
+    # TVM@T is compared with tunefleet@T, or with every tunefleet budget when T is TVM's alone (--tvm-trials)
+    tunefleet_budgets = {k.split("@")[1] for k in row["contestants"] if k.startswith("tunefleet@")}
     for key, result in row["contestants"].items():
         if not key.startswith("tunefleet@") or "curve" not in result:
             continue
@@ -702,7 +704,7 @@ def run_workload(name, workload, trials, peers, missing, timing, rounds, mcpu, r
         for peer, peer_result in row["contestants"].items():
             if peer.startswith("tunefleet") or "best_gflops" not in peer_result:
                 continue
-            if peer.startswith("tvm@") and peer.split("@")[1] != key.split("@")[1]:
+            if peer.startswith("tvm@") and peer.split("@")[1] in tunefleet_budgets - {key.split("@")[1]}:
                 continue
             hit = reached(curve, [tuple(r) for r in result["runs"]], peer_result["best_gflops"])
             result["reach"][peer] = None if hit is None else {"trial": hit[0], "tune_s": hit[1]}
