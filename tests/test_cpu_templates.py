@@ -320,6 +320,13 @@ def test_defaults_follow_the_measured_schedules():
     gemv = parse_workload("dense(M=1,N=1000,K=2048)")
     config = TEMPLATES["dense"].default_config(gemv, TEMPLATES["dense"].space(gemv))
     assert config["vector_axis"] == "k"  # W read once, in place
+    for text in ("dense(M=1,N=1000,K=1280)", "dense(M=1,N=256,K=512)"):  # 2.6 and 0.26 MFLOP
+        gemv = parse_workload(text)  # streams W: parallel well below the GEMMs' 4 MFLOP
+        assert TEMPLATES["dense"].default_config(gemv, TEMPLATES["dense"].space(gemv))["parallel"]
+    tiny = parse_workload("dense(M=1,N=64,K=256)")
+    assert not TEMPLATES["dense"].default_config(tiny, TEMPLATES["dense"].space(tiny))["parallel"]
+    small_gemm = parse_workload("dense(M=128,N=64,K=64)")  # 1 MFLOP of packed GEMM: serial
+    assert not TEMPLATES["dense"].default_config(small_gemm, TEMPLATES["dense"].space(small_gemm))["parallel"]
 
 
 @pytest.mark.parametrize("op", sorted(TEMPLATES))

@@ -64,6 +64,13 @@ MC_TILES = (1, 2, 4, 8, 16, 32, 64, 128)
 NC_TILES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 ITEMS = 8  # parallel work items wanted by the default (several per core)
 GEMV_MAX_ROWS = 64  # a transposed B with at most this many rows of A: reduction-vectorised default
+# The reduction-vectorised default streams W once at memory speed (~1 FLOP per 2 bytes read), so
+# a second core's bandwidth pays for the parallel region from far fewer FLOPs than the GEMMs'
+# PARALLEL_MIN_FLOPS. Measured, batch 1, 2 threads against the same tiles serial (2-core Zen 4,
+# quiet, against OpenBLAS's 2-thread GEMV): N x K = 256 x 512 (0.26 MFLOP) 11.7 -> 5.2 us (BLAS
+# 6.2), 1000 x 512 36.9 -> 18.5 us (14.8), 1000 x 1280 74.4 -> 37.9 us (34.8), 1000 x 2048 (above
+# the old threshold) 127 -> 66 us (62.6).
+GEMV_PARALLEL_MIN_FLOPS = 200_000
 
 
 @dataclass(frozen=True)
@@ -126,8 +133,9 @@ def gemm_default(shape: GemmShape, dtype: str, space: ConfigSpace, flops: int) -
     packed, no K blocking, MC up to 96 rows; for a transposed B with few rows of A (a
     matrix-vector product, a small batch of a dense layer) the reduction-vectorised kernel instead,
     B read in place: one or two rows of A x 8 or 4 rows of B per tile, from 3 rows of A up a 4 x 4
-    tile (as many rows of B as 16 accumulators allow). Rows, then columns, are split into blocks
-    until there are about eight work items."""
+    tile (as many rows of B as 16 accumulators allow), on all cores from 0.2 MFLOP (it streams
+    B: :data:`GEMV_PARALLEL_MIN_FLOPS`) where the GEMMs wait for 4. Rows, then columns, are split
+    into blocks until there are about eight work items."""
     vt = target_of(space)
     lanes = vt.lanes(dtype)
     batch = max(1, shape.batch)
@@ -140,11 +148,13 @@ def gemm_default(shape: GemmShape, dtype: str, space: ConfigSpace, flops: int) -
         tile_m = pick_split(space.knob("tile_m"), mr, shape.M)
         nr = max(t for t in vt.broadcast_tiles if t * tile_m[-1] <= accumulators and t <= shape.N)
         axis = "k"
+        parallel = flops >= GEMV_PARALLEL_MIN_FLOPS
     else:
         nr = shape.N if shape.N <= 2 * lanes else 2 * lanes
         mr = max(1, min(vt.default_rows, vt.max_accumulators // vt.accumulator_vectors(1, nr, dtype)))
         tile_m = _row_blocks(space, shape, mr)
         axis = "n"
+        parallel = flops >= PARALLEL_MIN_FLOPS
     tile_n = _column_blocks(space, shape, tile_m, nr)
     if axis == "n" and vt.gathers_from_a(tile_m[-1], tile_n[-1], dtype):  # a narrow B (N of 16-31 float32)
         tile_m = _row_blocks(space, shape, 4)
@@ -157,7 +167,7 @@ def gemm_default(shape: GemmShape, dtype: str, space: ConfigSpace, flops: int) -
         "loop_order": "n_outer",
         "unroll_k": 1,
         "pack_a": False,
-        "parallel": flops >= PARALLEL_MIN_FLOPS,
+        "parallel": parallel,
     }
     if shape.transposed:
         values["k_lanes"] = lanes
