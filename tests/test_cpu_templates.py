@@ -279,7 +279,22 @@ def test_defaults_follow_the_measured_schedules():
     config = TEMPLATES["conv2d_nchw"].default_config(conv, TEMPLATES["conv2d_nchw"].space(conv, AVX2))
     assert config["algorithm"] == "direct"  # Winograd needs unit stride
     assert config["vector_axis"] == "k" and config["pack_weights"] and config["parallel"]
-    assert (config["tile_k"][-1], config["tile_w"][-1]) == (16, 6)  # 12 accumulator vectors, 28 columns
+    # a 3-tap filter row of at most 16 broadcasts (5 columns): 4 fit 28 columns exactly
+    assert (config["tile_k"][-1], config["tile_w"][-1]) == (16, 4)
+    for text in ("conv2d_nchw(N=1,C=128,H=56,W=56,K=128,R=3,S=3,stride=2,pad=1)",
+                 "conv2d_nchw(N=1,C=256,H=28,W=28,K=256,R=3,S=3,stride=2,pad=1)",
+                 "conv2d_nchw(N=1,C=32,H=56,W=56,K=32,R=3,S=3,pad=1)"):
+        workload = parse_workload(text)
+        for device in (AVX2, AVX512):
+            narrow = TEMPLATES["conv2d_nchw"].default_config(workload, TEMPLATES["conv2d_nchw"].space(workload, device))
+            assert narrow["algorithm"] == "direct" and narrow["tile_w"][-1] * 3 <= 16, (text, device)
+    # 1x1 (no row to unroll), 7-tap rows (stay a loop) and NHWC (taps outermost) keep AVX-512's wide tiles
+    for text, wt in (("conv2d_nchw(N=1,C=256,H=56,W=56,K=512,R=1,S=1,stride=2)", 10),
+                     ("conv2d_nchw(N=1,C=3,H=224,W=224,K=64,R=7,S=7,stride=2,pad=3)", 8),
+                     ("conv2d_nhwc(N=1,C=128,H=56,W=56,K=128,R=3,S=3,stride=2,pad=1)", 10)):
+        workload = parse_workload(text)
+        wide = TEMPLATES[workload.op].default_config(workload, TEMPLATES[workload.op].space(workload, AVX512))
+        assert wide["tile_w"][-1] == wt, text
     assert config["tile_c"] == 64  # no reduction blocking
     for text, tiles in (("conv2d_nchw(N=1,C=64,H=56,W=56,K=64,R=3,S=3,pad=1)", (32, 8)),
                         ("conv2d_nhwc(N=1,C=64,H=56,W=56,K=64,R=3,S=3,pad=1)", (32, 8)),

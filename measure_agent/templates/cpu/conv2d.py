@@ -77,6 +77,16 @@ WEIGHT_BLOCK_BYTES = 256 * 1024
 # Enough parallel work items to keep every core busy despite uneven items.
 ITEMS_PER_CORE = 4
 CORES_GUESS = 2
+# A direct NCHW tile (c_outer) whose filter rows have at most UNROLLED_ROW_TAPS taps: LLVM unrolls
+# the row and loads all of its WT x S input broadcasts ahead of the FMAs, so a default keeps those
+# to ROW_BROADCASTS. Measured (2 threads, 2 vectors of output channels, GFLOPS best of 3 rounds):
+# Zen 4 (AVX-512, 32 registers), 3x3 s2 128ch 56x56: WT 10 108-118 (the machine code spills the
+# hoisted broadcasts to the stack: +27 stores, +15 reloads), 8 127, 5 152-154, 4 141-160; 3x3 s2
+# 64ch 56x56 111 / 136 / 157 / 160 (10 / 8 / 5 / 4); 3x3 s2 256ch 28x28 WT 8 115, 5 133; 3x3 32ch
+# 56x56 WT 10 108, 8 145, 5 150; Zen 3 (AVX2, 16 registers), 3x3 s2 128ch WT 6 94-112, 5 129-138.
+# A 7-tap row (ResNet's 7x7 stem) stays a loop at wide tiles: WT 2-10 within noise (138-154).
+UNROLLED_ROW_TAPS = 3
+ROW_BROADCASTS = 16
 # Winograd register tiles: tiles of a panel broadcast against KT-channel vectors. Measured (2-core
 # Xeon, AVX-512, 2 vectors of output channels): 8 tiles 272-314 GFLOPS on ResNet-50's 3x3 layers,
 # 10 tiles 204-275, 12 tiles ~100 (spills), 5 tiles 147-273.
@@ -183,8 +193,10 @@ class _Conv2dCpuTemplate(Template):
     def default_config(self, workload: Workload, space: ConfigSpace) -> Config:
         """3x3 unit-stride layers with >= ``WINOGRAD_MIN_CHANNELS`` channels each way: Winograd
         (:meth:`_winograd_default`). Otherwise the direct kernel, vectorised over output channels
-        with packed weights: KT = two vectors (or less), WT the column tile that fits the remaining accumulator registers and wastes least on the row's
-        last tile (AVX2 float32: 16 x 6 at 56 or 28 columns, 16 x 5 at 14, 12 accumulators); all
+        with packed weights: KT = two vectors (or less), WT the column tile that fits the remaining
+        accumulator registers and wastes least on the row's last tile (AVX2 float32: 16 x 6 at 56
+        or 28 columns, 16 x 5 at 14, 12 accumulators), in NCHW with filter rows of up to 3 taps at
+        most ``ROW_BROADCASTS`` broadcasts a row (3x3: WT <= 5); all
         input channels in one reduction block; output-channel blocks whose packed weights fit in
         L2; work items split over rows (or columns) until every core has several; with a stride,
         each input patch is kept hot across the channel tiles (``spatial_outer``).
@@ -208,8 +220,10 @@ class _Conv2dCpuTemplate(Template):
         else:
             axis, pack = "k", True
             kt = g.K if g.K <= 2 * lanes else 2 * lanes
-            wt = pick_tile(g.cols, vt.default_broadcast_tiles,
-                           vt.max_accumulators // vt.accumulator_vectors(1, kt, dtype))
+            wt_at_most = vt.max_accumulators // vt.accumulator_vectors(1, kt, dtype)
+            if self.layout == "nchw" and g.S <= UNROLLED_ROW_TAPS:
+                wt_at_most = min(wt_at_most, ROW_BROADCASTS // g.S)
+            wt = pick_tile(g.cols, vt.default_broadcast_tiles, wt_at_most)
         kc_at_most = max(kt, WEIGHT_BLOCK_BYTES // (g.C * g.R * g.S * itemsize))
         tile_k = pick_split(space.knob("tile_k"), kt, kc_at_most, inner_ok=lambda t: t == kt)
         k_blocks = math.ceil(g.K / (tile_k[1] * kt))
