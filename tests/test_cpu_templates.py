@@ -281,6 +281,7 @@ def test_defaults_follow_the_measured_schedules():
     assert config["vector_axis"] == "k" and config["pack_weights"] and config["parallel"]
     # a 3-tap filter row of at most 16 broadcasts (5 columns): 4 fit 28 columns exactly
     assert (config["tile_k"][-1], config["tile_w"][-1]) == (16, 4)
+    assert config["tile_c"] == 64  # no reduction blocking
     for text in ("conv2d_nchw(N=1,C=128,H=56,W=56,K=128,R=3,S=3,stride=2,pad=1)",
                  "conv2d_nchw(N=1,C=256,H=28,W=28,K=256,R=3,S=3,stride=2,pad=1)",
                  "conv2d_nchw(N=1,C=32,H=56,W=56,K=32,R=3,S=3,pad=1)"):
@@ -295,7 +296,6 @@ def test_defaults_follow_the_measured_schedules():
         workload = parse_workload(text)
         wide = TEMPLATES[workload.op].default_config(workload, TEMPLATES[workload.op].space(workload, AVX512))
         assert wide["tile_w"][-1] == wt, text
-    assert config["tile_c"] == 64  # no reduction blocking
     for text, tiles in (("conv2d_nchw(N=1,C=64,H=56,W=56,K=64,R=3,S=3,pad=1)", (32, 8)),
                         ("conv2d_nhwc(N=1,C=64,H=56,W=56,K=64,R=3,S=3,pad=1)", (32, 8)),
                         ("conv2d_nchw(N=1,C=128,H=28,W=28,K=128,R=3,S=3,pad=1)", (32, 8)),
