@@ -61,8 +61,11 @@ def candidates(template, workload, space):
         values = dict(values)
         if isinstance(values.get("tile_n"), int):  # NR: NC = 8 NR-wide tiles (several work items per thread)
             nr = values["tile_n"]
-            values["tile_n"] = next((v for v in space.knob("tile_n").values if v[-1] == nr and v[1] == 8),
-                                    next(v for v in space.knob("tile_n").values if v[-1] == nr))
+            tiles = [v for v in space.knob("tile_n").values if v[-1] == nr]
+            if not tiles:  # this host's vector width has no such tile (AVX2: no 12 rows)
+                print(f"  {nr} rows of W a tile are not in this space")
+                continue
+            values["tile_n"] = next((v for v in tiles if v[1] == 8), tiles[0])
         if values.get("k_lanes") in (1, 2):
             values["k_lanes"] *= lanes
         values = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
