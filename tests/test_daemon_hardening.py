@@ -205,7 +205,7 @@ def test_a_jobs_view_of_the_fleet_follows_agents_and_collects_each_result_once()
     scheduler.report_many(first.agent_id, [(lease.lease_id, ok) for lease in (leases[0], leases[2], leases[3])])
     collected += [item for item, _ in measurer.collect(0)]
     assert sorted(collected, key=items.index) == items and len(collected) == 5
-    assert measurer._batches == []  # both batches done: nothing left to look at
+    assert measurer.batches_in_flight == 0  # both batches done: nothing left to look at
 
     now[0] += 6.0  # the agent falls silent past its timeout
     scheduler.expire_dead_agents()
@@ -392,7 +392,7 @@ def test_the_lease_deadline_heap_stays_bounded_however_many_leases_end():
         assert scheduler.report(agent.agent_id, candidate.lease_id, ok)
         assert scheduler.heartbeat(idle.agent_id)
         now[0] += 0.001  # a thousand results a second: no deadline passes
-    assert len(scheduler._deadlines) <= 2 * 1 + DEADLINE_HEAP_SLACK + 1
+    assert scheduler.deadline_entries <= 2 * 1 + DEADLINE_HEAP_SLACK + 1
     assert kept.agent_id == idle.agent_id and kept.deadline is not None
     # the held lease's deadline survived the rebuilds: past it, the lease is taken back
     for _ in range(1000):

@@ -41,6 +41,11 @@ class FleetMeasurer(Measurer):
         return self._parallelism[1]
 
     @property
+    def batches_in_flight(self) -> int:
+        """Submitted batches with results still to come (a finished batch is let go)."""
+        return len(self._batches)
+
+    @property
     def device_info(self) -> dict:  # type: ignore[override]
         return self.scheduler.device_info(self.device_key, self.requirement)
 

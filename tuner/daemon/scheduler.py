@@ -224,6 +224,13 @@ class Scheduler:
         :meth:`parallelism` and :meth:`device_info` answer can change only when it moves."""
         return self._agents_version
 
+    @property
+    def deadline_entries(self) -> int:
+        """Entries in the heap of lease deadlines, ended leases' included: bounded by about twice
+        the live leases plus ``DEADLINE_HEAP_SLACK`` (see :meth:`_take`), whatever the fleet's rate."""
+        with self._lock:
+            return len(self._deadlines)
+
     def parallelism(self, key: str, requirement: Callable[[dict], bool] | None = None) -> int:
         """Candidates the key's live agents (that meet ``requirement``) measure at once. O(agents):
         a caller asking at every step keeps the answer until :attr:`agents_version` moves."""
