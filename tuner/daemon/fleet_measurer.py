@@ -42,7 +42,8 @@ class FleetMeasurer(Measurer):
 
     @property
     def batches_in_flight(self) -> int:
-        """Submitted batches with results still to come (a finished batch is let go)."""
+        """Submitted batches not all of whose results were collected yet (a batch is let go once they
+        all were)."""
         return len(self._batches)
 
     @property
