@@ -24,13 +24,17 @@ what is recorded (``applied/recorded``) is slower than what is applied.
 Printed per operator: the tuner's recorded mean, the medians over the rounds (the sides take turns
 going first), and the ratios applied / engine (of the medians and of the bests of the same rounds)
 and applied / recorded, and how far the engine's own rounds spread (max / min: the host's noise
-floor; a ratio inside it says nothing). Target: within 5% (0.95-1.05). The host's load
+floor; a ratio of medians inside it says nothing). Each round's two sides run back to back, so the
+median of the per-round ratios (``paired``) cancels load that changes between rounds; it comes with
+a distribution-free 95% interval (order statistics; 15 rounds give the 4th and 12th ratio), the
+figure to judge the 5% target by on a shared host. Target: within 5% (0.95-1.05). The host's load
 average is printed at the start and the end: on a shared host compare the interleaved ratios, not
 the absolute times. On a host busier than its cores a parallel kernel's time swings 2-4x from one
 repeat to the next whichever process runs it (its threads wait for each other when one is
 descheduled), so there the ratio of the bests is the figure to trust; on a quiet host the medians.
 
     python bench/applied_vs_measured.py                       # every CPU operator, 8 trials, 5 rounds
+    python bench/applied_vs_measured.py --trials 4 --rounds 15   # a 96% interval for each paired ratio
     python bench/applied_vs_measured.py --ops matmul dense --trials 4 --rounds 3 --spinning
 """
 
@@ -39,6 +43,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import math
 import statistics
 import subprocess
 import sys
@@ -175,6 +180,10 @@ def main() -> int:
                        **{f"{k}_best": min(v) for k, v in times.items() if v},
                        # the host's noise floor: how far the engine's own rounds of one config spread
                        "engine_spread": max(times["engine"]) / min(times["engine"]),
+                       # each round's two sides ran back to back: their ratio cancels what the host's
+                       # load did between rounds, which the medians of the two sides do not
+                       **dict(zip(("paired", "paired_lo", "paired_hi", "paired_confidence"),
+                                  median_interval([a / e for a, e in zip(times["applied"], times["engine"])]))),
                        "same_runtime": runtimes.get("engine") == runtimes.get("applied")}
                 rows.append(row)
                 _print_row(row)
@@ -197,6 +206,25 @@ def _application(workload_key: str, device_key: str, db: Path, cache_dir: Path, 
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def median_interval(values: list[float], confidence: float = 0.95) -> tuple[float, float, float, float]:
+    """The median of ``values`` and a distribution-free interval for it: the order statistics
+    ``k`` and ``n - k + 1`` (1-based) for the largest ``k`` whose coverage (by the binomial
+    distribution of how many values fall below the true median) is at least ``confidence``; with
+    too few values for that, the full range and its own coverage. Returns (median, lo, hi, coverage)."""
+    ordered = sorted(values)
+    n = len(ordered)
+    if n == 0:
+        raise ValueError("no values")
+
+    def coverage(k: int) -> float:  # P(x_(k) <= median < x_(n-k+1))
+        return 1.0 - 2.0 * sum(math.comb(n, i) for i in range(k)) / 2.0 ** n
+
+    k = 1
+    while k + 1 <= (n + 1) // 2 and coverage(k + 1) >= confidence:
+        k += 1
+    return statistics.median(ordered), ordered[k - 1], ordered[n - k], coverage(k)
+
+
 def _load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
@@ -204,15 +232,17 @@ def _load() -> str:
 def _print_row(row: dict) -> None:
     ratio = row["applied"] / row["engine"] if row.get("engine") else float("nan")
     print(f"{row['op']}: recorded {row['recorded'] * 1e3:.3f} ms, engine {row.get('engine', float('nan')) * 1e3:.3f} ms, "
-          f"applied {row['applied'] * 1e3:.3f} ms (applied/engine {ratio:.3f}), same runtime: {row['same_runtime']}"
+          f"applied {row['applied'] * 1e3:.3f} ms (applied/engine {ratio:.3f}, paired {row['paired']:.3f} "
+          f"[{row['paired_lo']:.3f}, {row['paired_hi']:.3f}]), same runtime: {row['same_runtime']}"
           + (f", spinning {row['spinning'] * 1e3:.3f} ms" if "spinning" in row else ""), flush=True)
 
 
 def _print_table(rows: list[dict]) -> None:
     spinning = any("spinning" in r for r in rows)
     head = ("| operator | recorded ms | engine ms (median) | applied ms (median) | applied/engine (medians) "
-            "| applied/engine (bests) | applied/recorded | engine rounds max/min |")
-    rule = "| --- | --- | --- | --- | --- | --- | --- | --- |"
+            "| applied/engine (bests) | applied/engine paired: median [interval] | applied/recorded "
+            "| engine rounds max/min |")
+    rule = "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
     if spinning:
         head += " spinning app ms | spinning/engine |"
         rule += " --- | --- |"
@@ -222,6 +252,7 @@ def _print_table(rows: list[dict]) -> None:
         engine = r.get("engine", float("nan"))
         line = (f"| {r['workload']} | {r['recorded'] * 1e3:.3f} | {engine * 1e3:.3f} | {r['applied'] * 1e3:.3f} | "
                 f"{r['applied'] / engine:.3f} | {r['applied_best'] / r['engine_best']:.3f} | "
+                f"{r['paired']:.3f} [{r['paired_lo']:.3f}, {r['paired_hi']:.3f}] ({r['paired_confidence']:.0%}) | "
                 f"{r['applied'] / r['recorded']:.3f} | {r['engine_spread']:.3f} |")
         if spinning:
             line += f" {r['spinning'] * 1e3:.3f} | {r['spinning'] / engine:.3f} |"
