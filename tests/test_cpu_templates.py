@@ -453,7 +453,7 @@ def test_rendered_kernel_is_readable_and_names_workload_and_config(text):
 def test_catalog_has_every_cpu_template():
     catalog = default_catalog()
     versions = {"conv2d_nchw": "4", "conv2d_nhwc": "4", "depthwise_conv2d_nchw": "4",
-                "depthwise_conv2d_nhwc": "4", "dense": "3", "batch_matmul": "2"}
+                "depthwise_conv2d_nhwc": "4", "dense": "4", "batch_matmul": "3", "matmul": "5"}
     for op, version in versions.items():
         template = catalog.get(op, "cpu")
         assert template is not None and template.target == "cpu" and template.version == version

@@ -278,7 +278,7 @@ def test_render_imports_only_numpy_numba_and_the_stack_helper():
 def test_catalog_has_the_template():
     template = default_catalog().get("matmul", "cpu")
     assert isinstance(template, MatmulCpuTemplate)
-    assert (template.op, template.target, template.version) == ("matmul", "cpu", "4")
+    assert (template.op, template.target, template.version) == ("matmul", "cpu", "5")
 
 
 # -- the stack helper ----------------------------------------------------------------------------

@@ -41,7 +41,9 @@ class BatchMatmulCpuTemplate(Template):
 
     op = "batch_matmul"
     target = "cpu"
-    version = "2"  # 2: compiled with 512-bit vectors on AVX-512 hosts (codegen_environment)
+    # 2: compiled with 512-bit vectors on AVX-512 hosts (codegen_environment); 3: the micro-kernel's
+    # rows written out, not a loop (see cpu/_gemm.py)
+    version = "3"
 
     def space(self, workload: Workload, device: DeviceInfo | None = None) -> ConfigSpace:
         check_workload(self, workload)

@@ -44,8 +44,9 @@ class DenseCpuTemplate(Template):
     op = "dense"
     target = "cpu"
     # 2: compiled with 512-bit vectors on AVX-512 hosts (codegen_environment); 3: the reduction-
-    # vectorised tile loops over lanes, then rows (SLP made 4-wide FMAs of some tiles before)
-    version = "3"
+    # vectorised tile loops over lanes, then rows (SLP made 4-wide FMAs of some tiles before); 4: the
+    # column-vectorised tile's rows written out, not a loop (see cpu/_gemm.py)
+    version = "4"
 
     def space(self, workload: Workload, device: DeviceInfo | None = None) -> ConfigSpace:
         check_workload(self, workload)
