@@ -42,8 +42,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import math
+import os
 import statistics
 import subprocess
 import sys
