@@ -496,9 +496,10 @@ def _tile_vector_n(ops: _Operands, config: Config, pack_a: bool, pack_b: bool, n
     # written out with its own loop over the lanes. As a loop over the rows, LLVM vectorised some
     # tiles across the rows instead, with gathers and scatters of the accumulators (AVX-512 Zen 4,
     # 512^3 float32: 6, 7 and 12 rows x 32 and 6, 8 and 12 rows x 16 ran at 3-5 GFLOPS; so: 6 x 32
-    # 209, 12 x 32 208, 8 x 16 204). The 8 x 32 default compiles to the same hot loop (120 instructions, 64 FMAs,
-    # no spills) and ran within noise of before (best of 21: 211 vs 212 GFLOPS). Rows written out
-    # around one loop over the lanes instead spilled the default (4 stack accesses, 3-5% slower).
+    # 209, 12 x 32 208, 8 x 16 204). The 8 x 32 default compiles to the same hot loop (120
+    # instructions, 64 FMAs, no spills) and ran within noise of before (best of 21: 211 vs 212
+    # GFLOPS). Rows written out around one loop over the lanes instead spilled the default (4 stack
+    # accesses, 3-5% slower).
     a_load = (lambda r: f"a_strip[kk, {r}]") if pack_a else (lambda r: ops.a(f"a_rows[{r}]", "kb + kk"))
     update = ["kk = np.uint64(k)", f"bl = stack_array({nr}, out.dtype)  # the k-th NR lanes of B",
               "for c in range(NR):", f"    bl[c] = {b_load}"]
