@@ -60,7 +60,8 @@ __all__ = ["K_UNROLLS", "LOOP_ORDERS", "PARALLEL_AXES", "MatmulCpuTemplate"]
 # Default register tile, MR rows x NR columns given in vectors: 12 accumulator vectors, the fastest
 # measured at 512^3 and 1024^3 on a 2-core Zen 3 (AVX2: float32 6 x 16, float64 3 x 16; float64
 # 6 x 8 spilled once LLVM unrolled its k loop, 3 x 16 did not). With 32 registers (AVX-512) float32
-# takes VectorTarget.default_rows (8) rows instead: 6 x 32 spilled there.
+# takes VectorTarget.default_rows (8) rows instead (6 x 32 once compiled to gathers there; see
+# cpu/_gemm.py: now 209 GFLOPS at 512^3 on Zen 4, level with 8 x 32).
 DEFAULT_TILE_VECTORS = {"float32": (6, 2), "float64": (3, 4)}
 KC_MIN = 16
 K_UNROLLS = UNROLLS  # copies of the micro-kernel's k-loop body per iteration
@@ -102,11 +103,11 @@ class MatmulCpuTemplate(Template):
 
     op = "matmul"
     target = "cpu"
+    # 5: the micro-kernel's rows written out, not a loop (LLVM vectorised some tiles across it, with gathers);
     # 4: serial (parallel=False) kernels outlined like dense's and batch_matmul's (scalar otherwise on AVX-512);
     # 3: rendered by the shared GEMM generator (cpu/_gemm.py): cache blocks rounded down to whole
     #    register tiles, the same loop nest and micro-kernel otherwise;
     # 2: compiled with 512-bit vectors on AVX-512 hosts (codegen_environment)
-    # 5: the micro-kernel's rows written out, not a loop (LLVM vectorised some tiles across it, with gathers)
     version = "5"
 
     def space(self, workload: Workload, device: DeviceInfo | None = None) -> ConfigSpace:
@@ -156,7 +157,7 @@ class MatmulCpuTemplate(Template):
         vt = target_of(space)
         mr, nr_vectors = DEFAULT_TILE_VECTORS[dtype]
         if dtype == "float32":
-            mr = vt.default_rows  # AVX-512: 8 x 32 (6 x 32 spilled)
+            mr = vt.default_rows  # AVX-512: 8 x 32
         nr = nr_vectors * vt.lanes(dtype)
         parallel = m * n * k >= 64**3
         tile_n = pick_split(space.knob("tile_n"), inner_at_most=nr, block_at_most=n)
