@@ -108,8 +108,9 @@ class _DepthwiseCpuTemplate(Template):
 
     target = "cpu"
     # 2: 512-bit vectors on AVX-512 hosts; 3: the zero-padded input copied in plain loops;
-    # 4: edge tiles and border columns stored without gathers (unsigned indices)
-    version = "4"
+    # 4: edge tiles and border columns stored without gathers (unsigned indices); 5: the tile's rows
+    # written out (ROWS_WRITTEN_OUT)
+    version = "5"
     layout: str
 
     def space(self, workload: Workload, device: DeviceInfo | None = None) -> ConfigSpace:
@@ -313,14 +314,14 @@ def _render(template: _DepthwiseCpuTemplate, workload: Workload, config: Config,
     add("# interior output columns [ow_lo, ow_hi): all S taps inside the input")
     add("ow_lo = min(OW, (OFF_W + SW - 1) // SW)")
     add("ow_hi = max(ow_lo, min(OW, (WX - 1 + OFF_W - (S - 1) * DW) // SW + 1))")
-    body += _main_loop(lay, config, loop, multiplier)
+    body += _main_loop(lay, config, loop, multiplier, g.SW)
     lines += indent(body, 4)
     lines += kernel_tail("depthwise", "x, w, out, OC, HB, WC", parallel)
     emit("")
     return "\n".join(lines)
 
 
-def _main_loop(lay: Layout, config: Config, loop: str, multiplier: int) -> list[str]:
+def _main_loop(lay: Layout, config: Config, loop: str, multiplier: int, stride_w: int) -> list[str]:
     axis = config["vector_axis"]
     ot, wt = _tiles(config)
     lines = [
@@ -352,7 +353,7 @@ def _main_loop(lay: Layout, config: Config, loop: str, multiplier: int) -> list[
         "r_lo = 0 if ih0 >= 0 else (DH - 1 - ih0) // DH  # filter rows inside the input",
         "r_hi = min(R, (HX - 1 - ih0) // DH + 1)",
     ]
-    columns = _tile_columns(lay, config, multiplier) + _single_columns(lay, config, multiplier)
+    columns = _tile_columns(lay, config, multiplier, stride_w) + _single_columns(lay, config, multiplier)
     if config["loop_order"] == "channels_outer":
         nest = (["for o0 in range(o_lo, o_hi, OT):"] + indent(channel_setup, 4)
                 + indent(["for oh in range(h_lo, h_hi):"], 4) + indent(row_setup + columns, 8))
@@ -387,7 +388,19 @@ def _channel(axis: str, multiplier: int, oo: str = "oo") -> tuple[str, str]:
     return out_channel, f"{out_channel} // np.uint64(M)"
 
 
-def _tile_columns(lay: Layout, config: Config, multiplier: int) -> list[str]:
+# ROWS_WRITTEN_OUT: tiles vectorised over unit-stride columns whole vectors wide update one row per
+# line, each with its own loop over the lanes, not a loop over the rows around a loop over the lanes.
+# As a loop over the rows, LLVM vectorised some tiles across the rows instead (gathers of the inputs,
+# no vector FMAs), the pathology cpu/_gemm.py's micro-kernel had: on 32ch 112x112 (AVX-512, Zen 4,
+# best of 9-11 interleaved) 8 channels x 16 columns ran at 2.3 GFLOPS (227 gathers), written out 28.2;
+# 8 x 8 11.6 -> 14.7; the default (4 x 32) 31.5 -> 33.4. Strided and partial-vector tiles (whose
+# loads are shuffles either way) keep the loop over the rows: written out they measured 8-35% slower
+# (144ch 56x56 s2 4 x 16, 960ch 7x7 4 x 7), but within this host's noise (the same code differed by up
+# to 20% in one run), so they were left as they were.
+ROWS_WRITTEN_OUT_LANES = 8
+
+
+def _tile_columns(lay: Layout, config: Config, multiplier: int, stride_w: int) -> list[str]:
     axis = config["vector_axis"]
     ot, wt = _tiles(config)
     if axis == "w":  # rows: the OT channels (weights broadcast); lanes: the WT columns
@@ -395,11 +408,18 @@ def _tile_columns(lay: Layout, config: Config, multiplier: int) -> list[str]:
         setup = ["col_base = max(ow_lo, min(w0, ow_hi - WT))  # a partial tile shifts to stay in the interior",
                  "j_first, j_last = w0 - col_base, min(t_end, col_base + WT) - col_base",
                  "col0 = col_base * SW - OFF_W"]
-        o_chan, c_chan = _channel(axis, multiplier)
-        update = ["for oo in range(OT):",
-                  f"    wv = wt[ur, us, {o_chan}]",
-                  "    for j in range(WT):",
-                  f"        {tile.at('oo')} += wv * {lay.x('un', c_chan, 'uih', 'np.uint64(col0 + j * SW + s * DW)')}"]
+        x_lane = "np.uint64(col0 + j * SW + s * DW)"
+        if stride_w == 1 and wt % ROWS_WRITTEN_OUT_LANES == 0:
+            # each of the OT rows written out with its own loop over the lanes (see ROWS_WRITTEN_OUT)
+            update = []
+            for b in range(ot):
+                o_chan, c_chan = _channel(axis, multiplier, str(b))
+                update += [f"wv = wt[ur, us, {o_chan}]", "for j in range(WT):",
+                           f"    {tile.at(b)} += wv * {lay.x('un', c_chan, 'uih', x_lane)}"]
+        else:
+            o_chan, c_chan = _channel(axis, multiplier)
+            update = ["for oo in range(OT):", f"    wv = wt[ur, us, {o_chan}]", "    for j in range(WT):",
+                      f"        {tile.at('oo')} += wv * {lay.x('un', c_chan, 'uih', x_lane)}"]
         store = tile.store(row="oo", target=lambda b: lay.out("un", f"np.uint64(o_base + {b})", "uoh",
                                                                "np.uint64(col_base + j)"),
                            whole="o_first == 0 and o_last == OT and j_first == 0 and j_last == WT",
