@@ -289,6 +289,13 @@ def kernel_tail(entry: str, params: str, parallel: bool, outline_serial: bool = 
     ]
 
 
+# Direct conv and depthwise tiles vectorised over columns write their rows out (ROWS_WRITTEN_OUT in
+# conv2d.py and depthwise.py) from this many rows: every tile seen vectorised across its rows had 6
+# or more (6-12 here, 6-12 in the GEMM micro-kernel), and a 2 x 32 conv tile with an unrolled
+# reduction, written out, became mixed 512/256/128-bit code (58.5 -> 38.2 GFLOPS, AVX-512 Zen 4).
+ROWS_WRITTEN_OUT_MIN = 5
+
+
 class Tile:
     """A register tile ``acc[b * V + v]``: B rows along the broadcast axis, V lanes along the vector
     axis (a multiple of the vector width, or a whole narrow axis).

@@ -59,6 +59,7 @@ from measure_agent.templates.cpu._common import (
     pick_split,
     pick_tile,
     reduction_blocks,
+    ROWS_WRITTEN_OUT_MIN,
     Tile,
     target_of,
     unrolled_loop,
@@ -472,14 +473,15 @@ def _w_tile_setup(axis: str, wt: int) -> list[str]:
             "col0 = np.uint64(col_base * SW)"]
 
 
-# ROWS_WRITTEN_OUT: a tile vectorised over columns copies the tap's WT input values to a stack
-# buffer, then updates one row (output channel) per line, each with its own loop over the lanes, as
-# cpu/_gemm.py's micro-kernel does. As a loop over the rows, LLVM vectorised some tiles across the
-# rows instead (gathers, no vector FMAs). AVX-512 Zen 4, best of 9-11 interleaved, GFLOPS: 64ch 56x56
-# 6 x 16 3.4 -> 70.4; 128ch 56x56 s2 10 x 8 3.3 -> 20.4, 2 x 16 22.5 -> 25.9; NHWC 64ch 12 x 8 3.1 ->
-# 25.5; the 1x1 2048->512 default (10 x 32) 136.9 -> 139.4. Tiles vectorised over channels keep the
-# loop over the rows: written out, with or without the weights copied, some became mixed xmm/ymm
-# code (NHWC 32 x 2, unrolled: 144 zmm FMAs -> 108 zmm + 36 ymm + 108 xmm).
+# ROWS_WRITTEN_OUT: a tile vectorised over columns with at least ROWS_WRITTEN_OUT_MIN rows (output
+# channels) copies the tap's WT input values to a stack buffer, then updates one row per line, each
+# with its own loop over the lanes, as cpu/_gemm.py's micro-kernel does. As a loop over the rows,
+# LLVM vectorised some tiles across the rows instead (gathers, no vector FMAs). AVX-512 Zen 4, best
+# of 9-11 interleaved, GFLOPS: 64ch 56x56 6 x 16 3.4 -> 70.4, 6 x 32 1.7 -> 89.5, 10 x 16 2.2 ->
+# 132.8; 128ch 56x56 s2 10 x 8 3.3 -> 20.4; NHWC 64ch 12 x 8 3.1 -> 25.5; unchanged: 6 x 48 59.9 ->
+# 60.2, 8 x 32 89.3 -> 90.3, the 1x1 2048->512 default (10 x 32) 136.9 -> 139.4. Tiles vectorised
+# over channels keep the loop over the rows: written out, with or without the weights copied, some
+# became mixed xmm/ymm code (NHWC 32 x 2, unrolled: 144 zmm FMAs -> 108 zmm + 36 ymm + 108 xmm).
 def _micro_tile(g: ConvGeometry, lay: Layout, config: Config) -> list[str]:
     axis = config["vector_axis"]
     pack = config["pack_weights"]
@@ -501,12 +503,17 @@ def _micro_tile(g: ConvGeometry, lay: Layout, config: Config) -> list[str]:
     else:  # rows: the KT channels (weights broadcast); lanes: the WT columns
         tile = Tile(kt, wt, "j")
         w_scalar = (lambda b: f"wp[ukt, pos, {b}]") if pack else (lambda b: lay.w(f"krows[{b}]", "uc", "ur", "us"))
-        # the WT input values copied to a stack buffer (registers), then each of the KT rows written
-        # out with its own loop over the lanes (see ROWS_WRITTEN_OUT)
-        update = [f"xl = stack_array({wt}, out.dtype)  # the tap's WT input values", "for j in range(WT):",
-                  f"    xl[j] = {lay.x('un', 'uc', row, 'col0 + np.uint64(j * SW + s * DW)')}"]
-        for b in range(kt):
-            update += [f"wv = {w_scalar(b)}", "for j in range(WT):", f"    {tile.at(b)} += wv * xl[j]"]
+        x_lane = lay.x('un', 'uc', row, 'col0 + np.uint64(j * SW + s * DW)')
+        if kt >= ROWS_WRITTEN_OUT_MIN:
+            # the WT input values copied to a stack buffer (registers), then each of the KT rows
+            # written out with its own loop over the lanes (see ROWS_WRITTEN_OUT)
+            update = [f"xl = stack_array({wt}, out.dtype)  # the tap's WT input values", "for j in range(WT):",
+                      f"    xl[j] = {x_lane}"]
+            for b in range(kt):
+                update += [f"wv = {w_scalar(b)}", "for j in range(WT):", f"    {tile.at(b)} += wv * xl[j]"]
+        else:
+            update = ["for kk in range(KT):", f"    wv = {w_scalar('kk')}", "    for j in range(WT):",
+                      f"        {tile.at('kk')} += wv * {x_lane}"]
         store = tile.store(row="kk", target=lambda b: lay.out("un", f"np.uint64(k_base + {b})", "uoh",
                                                                "np.uint64(col_base + j)"),
                            whole="k_first == 0 and k_last == KT and j_first == 0 and j_last == WT",

@@ -35,6 +35,7 @@ from measure_agent.space import BoolKnob, ChoiceKnob, Config, ConfigSpace, Const
 from measure_agent.templates.base import KernelSource, Template
 from measure_agent.templates.cpu._common import (
     BLOCK_TILES,
+    ROWS_WRITTEN_OUT_MIN,
     UNROLLS,
     CpuSpace,
     check_workload,
@@ -388,15 +389,15 @@ def _channel(axis: str, multiplier: int, oo: str = "oo") -> tuple[str, str]:
     return out_channel, f"{out_channel} // np.uint64(M)"
 
 
-# ROWS_WRITTEN_OUT: tiles vectorised over unit-stride columns whole vectors wide update one row per
-# line, each with its own loop over the lanes, not a loop over the rows around a loop over the lanes.
-# As a loop over the rows, LLVM vectorised some tiles across the rows instead (gathers of the inputs,
-# no vector FMAs), the pathology cpu/_gemm.py's micro-kernel had: on 32ch 112x112 (AVX-512, Zen 4,
-# best of 9-11 interleaved) 8 channels x 16 columns ran at 2.3 GFLOPS (227 gathers), written out 28.2;
-# 8 x 8 11.6 -> 14.7; the default (4 x 32) 31.5 -> 33.4. Strided and partial-vector tiles (whose
-# loads are shuffles either way) keep the loop over the rows: written out they measured 8-35% slower
-# (144ch 56x56 s2 4 x 16, 960ch 7x7 4 x 7), but within this host's noise (the same code differed by up
-# to 20% in one run), so they were left as they were.
+# ROWS_WRITTEN_OUT: tiles vectorised over unit-stride columns whole vectors wide with at least
+# ROWS_WRITTEN_OUT_MIN rows (channels) update one row per line, each with its own loop over the lanes,
+# not a loop over the rows around a loop over the lanes. As a loop over the rows, LLVM vectorised
+# some tiles across the rows instead (gathers of the inputs, no vector FMAs), the pathology
+# cpu/_gemm.py's micro-kernel had: on 32ch 112x112 (AVX-512, Zen 4, best of 9-11 interleaved) 8
+# channels x 16 columns ran at 2.3 GFLOPS (227 gathers), written out 28.2; 8 x 8 11.6 -> 14.7.
+# Strided and partial-vector tiles (whose loads are shuffles either way) keep the loop over the rows:
+# written out they measured 8-35% slower (144ch 56x56 s2 4 x 16, 960ch 7x7 4 x 7), but within this
+# host's noise (the same code differed by up to 20% in one run), so they were left as they were.
 ROWS_WRITTEN_OUT_LANES = 8
 
 
@@ -409,7 +410,7 @@ def _tile_columns(lay: Layout, config: Config, multiplier: int, stride_w: int) -
                  "j_first, j_last = w0 - col_base, min(t_end, col_base + WT) - col_base",
                  "col0 = col_base * SW - OFF_W"]
         x_lane = "np.uint64(col0 + j * SW + s * DW)"
-        if stride_w == 1 and wt % ROWS_WRITTEN_OUT_LANES == 0:
+        if stride_w == 1 and wt % ROWS_WRITTEN_OUT_LANES == 0 and ot >= ROWS_WRITTEN_OUT_MIN:
             # each of the OT rows written out with its own loop over the lanes (see ROWS_WRITTEN_OUT)
             update = []
             for b in range(ot):
