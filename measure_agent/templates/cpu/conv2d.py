@@ -477,11 +477,12 @@ def _w_tile_setup(axis: str, wt: int) -> list[str]:
 # channels) copies the tap's WT input values to a stack buffer, then updates one row per line, each
 # with its own loop over the lanes, as cpu/_gemm.py's micro-kernel does. As a loop over the rows,
 # LLVM vectorised some tiles across the rows instead (gathers, no vector FMAs). AVX-512 Zen 4, best
-# of 9-11 interleaved, GFLOPS: 64ch 56x56 6 x 16 3.4 -> 70.4, 6 x 32 1.7 -> 89.5, 10 x 16 2.2 ->
-# 132.8; 128ch 56x56 s2 10 x 8 3.3 -> 20.4; NHWC 64ch 12 x 8 3.1 -> 25.5; unchanged: 6 x 48 59.9 ->
-# 60.2, 8 x 32 89.3 -> 90.3, the 1x1 2048->512 default (10 x 32) 136.9 -> 139.4. Tiles vectorised
-# over channels keep the loop over the rows: written out, with or without the weights copied, some
-# became mixed xmm/ymm code (NHWC 32 x 2, unrolled: 144 zmm FMAs -> 108 zmm + 36 ymm + 108 xmm).
+# of 9-11 interleaved, GFLOPS: 64ch 56x56 6 x 32 1.7 -> 89.5, 10 x 16 2.2 -> 132.8, 6 x 16 with
+# unroll_c 4 3.4 -> 38-70 (two runs; LLVM's SLP vectoriser makes its unrolled copies 128-bit FMAs);
+# 128ch 56x56 s2 10 x 8 3.3 -> 20.4; NHWC 64ch 12 x 8 3.1 -> 25.5; unchanged: 6 x 48 59.9 -> 60.2,
+# 8 x 32 89.3 -> 90.3, the 1x1 2048->512 default (10 x 32) 136.9 -> 139.4. Tiles vectorised over
+# channels keep the loop over the rows: written out, with or without the weights copied, some became
+# mixed xmm/ymm code (NHWC 32 x 2, unrolled: 144 zmm FMAs -> 108 zmm + 36 ymm + 108 xmm).
 def _micro_tile(g: ConvGeometry, lay: Layout, config: Config) -> list[str]:
     axis = config["vector_axis"]
     pack = config["pack_weights"]
