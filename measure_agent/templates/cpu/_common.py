@@ -289,9 +289,9 @@ def kernel_tail(entry: str, params: str, parallel: bool, outline_serial: bool = 
     ]
 
 
-# Direct conv and depthwise tiles vectorised over columns write their rows out (ROWS_WRITTEN_OUT in
-# conv2d.py and depthwise.py) from this many rows: every tile seen vectorised across its rows had 6
-# or more (6-12 here, 6-12 in the GEMM micro-kernel), and a 2 x 32 conv tile with an unrolled
+# Direct conv and depthwise tiles vectorised over columns update their rows written out
+# (Tile.update_by_rows) from this many rows: every tile seen vectorised across its rows had 6 or
+# more (6-12 there, 6-12 in the GEMM micro-kernel), and a 2 x 32 conv tile with an unrolled
 # reduction, written out, became mixed 512/256/128-bit code (58.5 -> 38.2 GFLOPS, AVX-512 Zen 4).
 ROWS_WRITTEN_OUT_MIN = 5
 
@@ -300,9 +300,11 @@ class Tile:
     """A register tile ``acc[b * V + v]``: B rows along the broadcast axis, V lanes along the vector
     axis (a multiple of the vector width, or a whole narrow axis).
 
-    The kernels' updates are constant-bound loops over rows, then lanes, which LLVM unrolls
-    completely, so that the accumulators are indexed by constants only: SROA keeps them in
-    registers and the SLP vectoriser turns each row into vector FMAs. What must not happen is
+    The kernels' updates are constant-bound loops over the lanes, which LLVM unrolls completely, so
+    that the accumulators are indexed by constants only: SROA keeps them in registers and the SLP
+    vectoriser turns each row into vector FMAs. Tiles that LLVM could vectorise across their rows
+    write the rows out (:meth:`update_by_rows`); small ones keep a loop over the rows around the
+    lane loop (see ROWS_WRITTEN_OUT_MIN). What must not happen is
     another unrolled block of the kernel asking SLP for vectors along the *rows*: a constant-bound
     store to an output that is contiguous along the rows (NCHW output, tile vectorised over
     channels) made SLP vectorise the store instead, and in a serial (non-``prange``) kernel the
@@ -327,6 +329,20 @@ class Tile:
         else:
             index = f"{b} * {self.V} + {self.v}"
         return f"{name}[np.uint64({index})]" if unsigned else f"{name}[{index}]"
+
+    def update_by_rows(self, scalar: str, broadcast: Callable[[int], str], lane: Callable[[int], str],
+                       lanes_bound: str) -> list[str]:
+        """The update ``acc[b, v] += broadcast(b) * lane(b)``, one row at a time: row ``b``'s
+        broadcast value into ``scalar``, then its own loop over the lanes (``range(lanes_bound)``,
+        lane variable ``self.v``). As a loop over the rows around the lane loop, LLVM vectorised
+        some tiles across the rows instead, with gathers (and scatters of the accumulators), no
+        vector FMAs: matmul 6 x 32 and 8 x 16, conv2d 6 x 16 and depthwise 8 x 16 ran at 1.5-5
+        GFLOPS on AVX-512 (Zen 4) where written out they run 28-209 (measurements at the callers)."""
+        lines: list[str] = []
+        for b in range(self.B):
+            lines += [f"{scalar} = {broadcast(b)}", f"for {self.v} in range({lanes_bound}):",
+                      f"    {self.at(b)} += {scalar} * {lane(b)}"]
+        return lines
 
     def zero(self, row_loops: bool = False) -> list[str]:
         if row_loops:

@@ -503,8 +503,7 @@ def _tile_vector_n(ops: _Operands, config: Config, pack_a: bool, pack_b: bool, n
     a_load = (lambda r: f"a_strip[kk, {r}]") if pack_a else (lambda r: ops.a(f"a_rows[{r}]", "kb + kk"))
     update = ["kk = np.uint64(k)", f"bl = stack_array({nr}, out.dtype)  # the k-th NR lanes of B",
               "for c in range(NR):", f"    bl[c] = {b_load}"]
-    for r in range(mr):
-        update += [f"av = {a_load(r)}", "for c in range(NR):", f"    {tile.at(r)} += av * bl[c]"]
+    update += tile.update_by_rows("av", a_load, lambda r: "bl[c]", "NR")
     return (tile.zero(row_loops) + unrolled_loop("k", "0", "kc", config["unroll_k"], update, remainder_loop)
             + _store(ops, tile, row_loops))
 

@@ -510,8 +510,7 @@ def _micro_tile(g: ConvGeometry, lay: Layout, config: Config) -> list[str]:
             # written out with its own loop over the lanes (see ROWS_WRITTEN_OUT)
             update = [f"xl = stack_array({wt}, out.dtype)  # the tap's WT input values", "for j in range(WT):",
                       f"    xl[j] = {x_lane}"]
-            for b in range(kt):
-                update += [f"wv = {w_scalar(b)}", "for j in range(WT):", f"    {tile.at(b)} += wv * xl[j]"]
+            update += tile.update_by_rows("wv", w_scalar, lambda b: "xl[j]", "WT")
         else:
             update = ["for kk in range(KT):", f"    wv = {w_scalar('kk')}", "    for j in range(WT):",
                       f"        {tile.at('kk')} += wv * {x_lane}"]

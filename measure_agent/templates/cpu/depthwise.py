@@ -419,11 +419,9 @@ def _tile_columns(lay: Layout, config: Config, multiplier: int, stride_w: int) -
         x_lane = "np.uint64(col0 + j * SW + s * DW)"
         if stride_w == 1 and wt % ROWS_WRITTEN_OUT_LANES == 0 and ot >= ROWS_WRITTEN_OUT_MIN:
             # each of the OT rows written out with its own loop over the lanes (see ROWS_WRITTEN_OUT)
-            update = []
-            for b in range(ot):
-                o_chan, c_chan = _channel(axis, multiplier, str(b))
-                update += [f"wv = wt[ur, us, {o_chan}]", "for j in range(WT):",
-                           f"    {tile.at(b)} += wv * {lay.x('un', c_chan, 'uih', x_lane)}"]
+            update = tile.update_by_rows(
+                "wv", lambda b: f"wt[ur, us, {_channel(axis, multiplier, str(b))[0]}]",
+                lambda b: lay.x('un', _channel(axis, multiplier, str(b))[1], 'uih', x_lane), "WT")
         else:
             o_chan, c_chan = _channel(axis, multiplier)
             update = ["for oo in range(OT):", f"    wv = wt[ur, us, {o_chan}]", "    for j in range(WT):",
