@@ -25,3 +25,10 @@ def check_kernel(template: Template, workload: Workload, config: Config, cache_d
     result = check_output(problem, out)
     assert result.correct, f"{workload.key} {config}: max abs error {result.max_abs_error}"
     return kernel, source
+
+
+def count_instructions(assembly: str, mnemonic_prefixes: tuple[str, ...], operand: str = "") -> int:
+    """Instructions of ``assembly`` whose mnemonic starts with one of ``mnemonic_prefixes`` (and
+    whose line names ``operand``, e.g. ``"zmm"``, if given)."""
+    return sum(line.split()[0].startswith(mnemonic_prefixes) and operand in line
+               for line in assembly.splitlines() if line.split())

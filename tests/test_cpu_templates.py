@@ -29,7 +29,7 @@ from measure_agent.templates.cpu import cpu_templates
 from measure_agent.templates.cpu._common import vector_target
 from measure_agent.workload import Workload, WorkloadError, make_workload, parse_workload
 
-from kernel_checks import check_kernel
+from kernel_checks import check_kernel, count_instructions
 
 TEMPLATES = {t.op: t for t in cpu_templates()}
 CONV_OPS = ("conv2d_nchw", "conv2d_nhwc")
@@ -551,8 +551,7 @@ def test_gemm_micro_kernel_rows_do_not_compile_to_gathers(tmp_path):
 
     def gathers_and_scatters(config: Config) -> int:
         kernel, source = check_kernel(template, w, config, tmp_path)
-        return sum(line.split()[0].startswith(("vgather", "vscatter"))
-                   for line in kernel_assembly(kernel, source).splitlines() if line.split())
+        return count_instructions(kernel_assembly(kernel, source), ("vgather", "vscatter"))
 
     assert (default["tile_m"][-1], default["tile_n"][-1]) == (8, 32)
     assert gathers_and_scatters(six_rows) <= gathers_and_scatters(default)
@@ -586,7 +585,7 @@ def test_conv_tiles_over_columns_compile_to_vector_fmas(tmp_path, workload, rows
         "import sys\n"
         "from measure_agent.engine.runtime import KernelRuntime\n"
         "KernelRuntime.resolve().apply()\n"
-        "from kernel_checks import check_kernel\n"
+        "from kernel_checks import check_kernel, count_instructions\n"
         "from measure_agent.device import detect_device\n"
         "from measure_agent.engine.build import kernel_assembly\n"
         "from measure_agent.templates import default_catalog\n"
@@ -595,10 +594,10 @@ def test_conv_tiles_over_columns_compile_to_vector_fmas(tmp_path, workload, rows
         "template = default_catalog().get(w.op, 'cpu')\n"
         "config = template.space(w, detect_device()).from_json(sys.argv[2])\n"
         "kernel, source = check_kernel(template, w, config, sys.argv[3])\n"
-        "print(sum(line.split()[0].startswith('vfmadd') and 'zmm' in line\n"
-        "          for line in kernel_assembly(kernel, source).splitlines() if line.split()))\n"
+        "print(count_instructions(kernel_assembly(kernel, source), ('vfmadd',), 'zmm'))\n"
     )
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), str(Path(__file__).parents[1])])}
+    paths = [str(Path(__file__).parent), str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH", "")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
     done = subprocess.run([sys.executable, "-c", script, workload, config.json_text(), str(tmp_path)],
                           capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
