@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from measure_agent.device import DeviceInfo, detect_device
 from measure_agent.engine.build import kernel_assembly
 from measure_agent.space import Config, ConfigSpace
+from measure_agent.templates.base import Template
 from measure_agent.templates.catalog import default_catalog
 from measure_agent.templates.cpu import cpu_templates
 from measure_agent.templates.cpu._common import vector_target
@@ -457,8 +458,8 @@ def test_rendered_kernel_is_readable_and_names_workload_and_config(text):
 
 def test_catalog_has_every_cpu_template():
     catalog = default_catalog()
-    versions = {"conv2d_nchw": "5", "conv2d_nhwc": "5", "depthwise_conv2d_nchw": "5",
-                "depthwise_conv2d_nhwc": "5", "dense": "4", "batch_matmul": "3", "matmul": "5"}
+    versions = {"conv2d_nchw": "6", "conv2d_nhwc": "6", "depthwise_conv2d_nchw": "6",
+                "depthwise_conv2d_nhwc": "6", "dense": "4", "batch_matmul": "3", "matmul": "5"}
     for op, version in versions.items():
         template = catalog.get(op, "cpu")
         assert template is not None and template.target == "cpu" and template.version == version
@@ -557,30 +558,21 @@ def test_gemm_micro_kernel_rows_do_not_compile_to_gathers(tmp_path):
     assert gathers_and_scatters(six_rows) <= gathers_and_scatters(default)
 
 
-@pytest.mark.parametrize("workload, rows_knob, rows", [
-    ("depthwise_conv2d_nchw(N=1,C=16,H=34,W=34,R=3,S=3,pad=1)", "tile_c", 8),
-    ("conv2d_nchw(N=1,C=8,H=34,W=34,K=12,R=3,S=3,pad=1)", "tile_k", 6),
-])
-def test_conv_tiles_over_columns_compile_to_vector_fmas(tmp_path, workload, rows_knob, rows):
-    """The direct conv and depthwise tiles vectorised over columns write their rows out
-    (ROWS_WRITTEN_OUT), as the GEMM micro-kernel does: as a loop over the rows, LLVM vectorised an 8
-    x 16 depthwise and a 6 x 16 conv tile across the rows on AVX-512 (gathers, no 512-bit FMAs:
-    1.5-3.4 GFLOPS instead of 28-70). Now each of the tile's rows is one 512-bit FMA per filter tap.
-    Compiled in a process with the measurement workers' settings (512-bit vectors preferred)."""
+def _avx512_space(workload: str) -> tuple[Workload, Template, ConfigSpace]:
+    """The workload, its template and its space on this host; skips the test unless the host has
+    AVX-512 (where the tiles that compiled to gathers were measured)."""
     host = detect_device()
     if "avx512f" not in host.isa_features:
         pytest.skip("the tiles that compiled to gathers were measured on AVX-512")
     w = parse_workload(workload)
     template = TEMPLATES[w.op]
-    space = template.space(w, host)
-    values = {**template.default_config(w, space).as_dict(), "vector_axis": "w",
-              "tile_w": next(v for v in space.knob("tile_w").values if v[-1] == 16),
-              rows_knob: next(v for v in space.knob(rows_knob).values if v[-1] == rows)}
-    if w.op == "conv2d_nchw":
-        values.update(algorithm="direct", pack_weights=False, unroll_c=1)
-    else:
-        values.update(unroll_r=1)
-    config = space.make(values)
+    return w, template, template.space(w, host)
+
+
+def _fmas_and_gathers_in_worker(tmp_path, workload: str, config: Config) -> tuple[int, int]:
+    """512-bit FMAs, and gathers and scatters, in the machine code of ``config``'s kernel, compiled
+    in a process with the measurement workers' settings (512-bit vectors preferred; this process
+    compiles with LLVM's 256-bit preference)."""
     script = (
         "import sys\n"
         "from measure_agent.engine.runtime import KernelRuntime\n"
@@ -594,11 +586,62 @@ def test_conv_tiles_over_columns_compile_to_vector_fmas(tmp_path, workload, rows
         "template = default_catalog().get(w.op, 'cpu')\n"
         "config = template.space(w, detect_device()).from_json(sys.argv[2])\n"
         "kernel, source = check_kernel(template, w, config, sys.argv[3])\n"
-        "print(count_instructions(kernel_assembly(kernel, source), ('vfmadd',), 'zmm'))\n"
+        "assembly = kernel_assembly(kernel, source)\n"
+        "print(count_instructions(assembly, ('vfmadd',), 'zmm'), count_instructions(assembly, ('vgather', 'vscatter')))\n"
     )
     paths = [str(Path(__file__).parent), str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH", "")]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
     done = subprocess.run([sys.executable, "-c", script, workload, config.json_text(), str(tmp_path)],
                           capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert int(done.stdout.split()[-1]) >= rows * w["S"], config
+    fmas, gathers = done.stdout.split()[-2:]
+    return int(fmas), int(gathers)
+
+
+@pytest.mark.parametrize("workload, rows_knob, rows", [
+    ("depthwise_conv2d_nchw(N=1,C=16,H=34,W=34,R=3,S=3,pad=1)", "tile_c", 8),
+    ("conv2d_nchw(N=1,C=8,H=34,W=34,K=12,R=3,S=3,pad=1)", "tile_k", 6),
+])
+def test_conv_tiles_over_columns_compile_to_vector_fmas(tmp_path, workload, rows_knob, rows):
+    """The direct conv and depthwise tiles vectorised over columns write their rows out
+    (ROWS_WRITTEN_OUT), as the GEMM micro-kernel does: as a loop over the rows, LLVM vectorised an 8
+    x 16 depthwise and a 6 x 16 conv tile across the rows on AVX-512 (gathers, no 512-bit FMAs:
+    1.5-3.4 GFLOPS instead of 28-70). Now each of the tile's rows is one 512-bit FMA per filter tap.
+    Compiled in a process with the measurement workers' settings (512-bit vectors preferred)."""
+    w, template, space = _avx512_space(workload)
+    values = {**template.default_config(w, space).as_dict(), "vector_axis": "w",
+              "tile_w": next(v for v in space.knob("tile_w").values if v[-1] == 16),
+              rows_knob: next(v for v in space.knob(rows_knob).values if v[-1] == rows)}
+    if w.op == "conv2d_nchw":
+        values.update(algorithm="direct", pack_weights=False, unroll_c=1)
+    else:
+        values.update(unroll_r=1)
+    config = space.make(values)
+    assert _fmas_and_gathers_in_worker(tmp_path, workload, config)[0] >= rows * w["S"], config
+
+
+@pytest.mark.parametrize("workload, lanes_knob, columns, unroll", [
+    ("conv2d_nhwc(N=1,C=8,H=26,W=26,K=16,R=3,S=3,pad=1)", "tile_k", 6, {"unroll_c": 4}),
+    ("conv2d_nhwc(N=1,C=8,H=26,W=26,K=16,R=3,S=3,pad=1)", "tile_k", 12, {"unroll_c": 1}),
+    ("conv2d_nhwc(N=1,C=8,H=26,W=26,K=16,R=3,S=3,pad=1)", "tile_k", 8, {"unroll_c": 1}),
+    ("depthwise_conv2d_nhwc(N=1,C=16,H=26,W=26,R=3,S=3,pad=1)", "tile_c", 8, {"unroll_r": 1}),
+])
+def test_tiles_over_channels_compile_to_vector_fmas(tmp_path, workload, lanes_knob, columns, unroll):
+    """Conv2d and NHWC depthwise tiles vectorised over channels with at least ROWS_WRITTEN_OUT_MIN
+    columns write the columns out in one loop over the lanes (COLUMNS_WRITTEN_OUT): as a loop over
+    the columns, LLVM vectorised 6-, 8- and 12-column tiles of one vector across the columns on
+    AVX-512 (gathers, 128- and 256-bit FMAs only: 1.5-3.2 GFLOPS instead of 26-130). Each column is
+    now one 512-bit FMA per tap (and unrolled channel), and the depthwise tile gathers nothing."""
+    w, template, space = _avx512_space(workload)
+    values = {**template.default_config(w, space).as_dict(), "parallel": False, **unroll,
+              lanes_knob: next(v for v in space.knob(lanes_knob).values if v[-1] == 16),
+              "tile_w": next(v for v in space.knob("tile_w").values if v[-1] == columns)}
+    if w.op == "conv2d_nhwc":
+        values.update(algorithm="direct", vector_axis="k", tile_c=w["C"], reduction_order="c_outer")
+    else:
+        values.update(vector_axis="c")
+    config = space.make(values)
+    fmas, gathers = _fmas_and_gathers_in_worker(tmp_path, workload, config)
+    assert fmas >= columns * w["S"] * unroll.get("unroll_c", 1), config
+    if w.op != "conv2d_nhwc":  # (conv2d's weight packing gathers)
+        assert gathers == 0, config

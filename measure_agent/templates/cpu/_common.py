@@ -70,8 +70,9 @@ class VectorTarget:
     def default_broadcast_tiles(self) -> tuple[int, ...]:
         """The broadcast tiles a default config picks from. On AVX-512 (Zen 5, numba 0.68) a conv
         tile of 2 vectors x 6 or x 12 columns, or of 1 vector, ran at 5 GFLOPS instead of 220-310
-        (x 4, 5, 8, 10): LLVM does not keep such tiles in registers. The space keeps them all:
-        the tuner measures, a default must not gamble."""
+        (x 4, 5, 8, 10): LLVM vectorised them across their columns (gathers), which conv2d's
+        COLUMNS_WRITTEN_OUT no longer lets it do (Zen 4: 32 x 6 1.8 -> 60 GFLOPS); the rule stays
+        until defaults with 6 or 12 columns are measured against these. The space keeps them all."""
         return DEFAULT_BROADCAST_TILES_32_REGISTERS if self.registers >= 32 else BROADCAST_TILES
 
     @property
@@ -343,6 +344,16 @@ class Tile:
             lines += [f"{scalar} = {broadcast(b)}", f"for {self.v} in range({lanes_bound}):",
                       f"    {self.at(b)} += {scalar} * {lane(b)}"]
         return lines
+
+    def update_rows_per_lane(self, lane_value: str, lane: str, row_factor: Callable[[int], str],
+                             lanes_bound: str) -> list[str]:
+        """The update ``acc[b, v] += row_factor(b) * lane`` with ``lane`` the same for every row: one
+        loop over the lanes (``range(lanes_bound)``) that reads ``lane`` into ``lane_value`` and
+        updates every row, written out. For tiles whose rows share one vector (conv2d and NHWC
+        depthwise vectorised over channels); :meth:`update_by_rows`, one lane loop per row, became
+        128-bit code there when the reduction was unrolled (measurements at the callers)."""
+        return ([f"for {self.v} in range({lanes_bound}):", f"    {lane_value} = {lane}"]
+                + [f"    {self.at(b)} += {row_factor(b)} * {lane_value}" for b in range(self.B)])
 
     def zero(self, row_loops: bool = False) -> list[str]:
         if row_loops:

@@ -143,8 +143,8 @@ class _Conv2dCpuTemplate(Template):
 
     target = "cpu"
     # 2: 512-bit vectors on AVX-512 hosts; 3: the zero-padded input copied in plain loops; 4: winograd;
-    # 5: the direct tile's rows written out (ROWS_WRITTEN_OUT)
-    version = "5"
+    # 5: the direct tile's rows written out (ROWS_WRITTEN_OUT); 6: and its columns (COLUMNS_WRITTEN_OUT)
+    version = "6"
     layout: str
 
     # -- space ------------------------------------------------------------------------------
@@ -483,6 +483,17 @@ def _w_tile_setup(axis: str, wt: int) -> list[str]:
 # 8 x 32 89.3 -> 90.3, the 1x1 2048->512 default (10 x 32) 136.9 -> 139.4. Tiles vectorised over
 # channels keep the loop over the rows: written out, with or without the weights copied, some became
 # mixed xmm/ymm code (NHWC 32 x 2, unrolled: 144 zmm FMAs -> 108 zmm + 36 ymm + 108 xmm).
+#
+# COLUMNS_WRITTEN_OUT: a tile vectorised over output channels with at least ROWS_WRITTEN_OUT_MIN
+# columns loads each column's input value into its own variable, then updates every column in one
+# loop over the lanes (Tile.update_rows_per_lane). As a loop over the columns around a loop over the
+# lanes, LLVM vectorised tiles of 6, 8 and 12 columns across the columns (one-vector tiles of 8 and
+# 12, 6 at any width): gathers, 128/256-bit FMAs only. AVX-512 Zen 4, best of 7 interleaved, GFLOPS:
+# NHWC 64ch 56x56 16 x 12 unrolled 4x 2.3 -> 82.3, 16 x 12 2.3 -> 98.1, 32 x 6 1.8 -> 59.5; 128ch
+# 56x56 s2 32 x 6 3.2 -> 129.8. Tiles of 5 and 10 columns compiled to the same FMAs either way
+# (16 x 5 unrolled 4x 150.6 -> 153.9, 16 x 10 unrolled 4x 204.0 -> 204.7; the 1x1 256->64 default, 32
+# x 10, 201.1 -> 199.7). One lane loop per column (update_by_rows) instead made 16 x 5 and 16 x 6
+# unrolled 4x 128-bit code (94 -> 73 GFLOPS).
 def _micro_tile(g: ConvGeometry, lay: Layout, config: Config) -> list[str]:
     axis = config["vector_axis"]
     pack = config["pack_weights"]
@@ -492,10 +503,16 @@ def _micro_tile(g: ConvGeometry, lay: Layout, config: Config) -> list[str]:
     if axis == "k":  # rows: the WT columns (input values broadcast); lanes: the KT channels
         tile = Tile(wt, kt, "kk")
         w_vec = "wp[ukt, pos, kk]" if pack else lay.w("ukb + np.uint64(kk)", "uc", "ur", "us")
-        update = ["for j in range(WT):",
-                  f"    xv = {lay.x('un', 'uc', row, 'cols[j] + np.uint64(s * DW)')}",
-                  "    for kk in range(KT):",
-                  f"        {tile.at('j')} += xv * {w_vec}"]
+        if wt >= ROWS_WRITTEN_OUT_MIN:
+            # each column's input value in its own variable, then one loop over the lanes updating
+            # every column (COLUMNS_WRITTEN_OUT)
+            update = [f"xv{b} = {lay.x('un', 'uc', row, f'cols[{b}] + np.uint64(s * DW)')}" for b in range(wt)]
+            update += tile.update_rows_per_lane("wk", w_vec, lambda b: f"xv{b}", "KT")
+        else:
+            update = ["for j in range(WT):",
+                      f"    xv = {lay.x('un', 'uc', row, 'cols[j] + np.uint64(s * DW)')}",
+                      "    for kk in range(KT):",
+                      f"        {tile.at('j')} += xv * {w_vec}"]
         store = tile.store(row="j", target=lambda b: lay.out("un", "np.uint64(k_base + kk)", "uoh",
                                                               f"np.uint64(col_base + {b})"),
                            whole="k_first == 0 and k_last == KT and j_first == 0 and j_last == WT",
