@@ -624,14 +624,16 @@ def test_conv_tiles_over_columns_compile_to_vector_fmas(tmp_path, workload, rows
     ("conv2d_nhwc(N=1,C=8,H=26,W=26,K=16,R=3,S=3,pad=1)", "tile_k", 6, {"unroll_c": 4}),
     ("conv2d_nhwc(N=1,C=8,H=26,W=26,K=16,R=3,S=3,pad=1)", "tile_k", 12, {"unroll_c": 1}),
     ("conv2d_nhwc(N=1,C=8,H=26,W=26,K=16,R=3,S=3,pad=1)", "tile_k", 8, {"unroll_c": 1}),
+    ("conv2d_nhwc(N=1,C=8,H=26,W=26,K=16,R=3,S=3,pad=1)", "tile_k", 4, {"unroll_c": 1}),
     ("depthwise_conv2d_nhwc(N=1,C=16,H=26,W=26,R=3,S=3,pad=1)", "tile_c", 8, {"unroll_r": 1}),
+    ("depthwise_conv2d_nhwc(N=1,C=16,H=26,W=26,R=3,S=3,pad=1)", "tile_c", 4, {"unroll_r": 1}),
 ])
 def test_tiles_over_channels_compile_to_vector_fmas(tmp_path, workload, lanes_knob, columns, unroll):
-    """Conv2d and NHWC depthwise tiles vectorised over channels with at least ROWS_WRITTEN_OUT_MIN
+    """Conv2d and NHWC depthwise tiles vectorised over channels with at least COLUMNS_WRITTEN_OUT_MIN
     columns write the columns out in one loop over the lanes (COLUMNS_WRITTEN_OUT): as a loop over
-    the columns, LLVM vectorised 6-, 8- and 12-column tiles of one vector across the columns on
-    AVX-512 (gathers, 128- and 256-bit FMAs only: 1.5-3.2 GFLOPS instead of 26-130). Each column is
-    now one 512-bit FMA per tap (and unrolled channel), and the depthwise tile gathers nothing."""
+    the columns, LLVM vectorised 4-, 6-, 8- and 12-column tiles of one vector across the columns on
+    AVX-512 (gathers, 128- and 256-bit FMAs only: 1.5-3.2 GFLOPS instead of 25-130). Each column is
+    now one 512-bit FMA per tap (and unrolled channel), and the depthwise tiles gather nothing."""
     w, template, space = _avx512_space(workload)
     values = {**template.default_config(w, space).as_dict(), "parallel": False, **unroll,
               lanes_knob: next(v for v in space.knob(lanes_knob).values if v[-1] == 16),

@@ -295,6 +295,12 @@ def kernel_tail(entry: str, params: str, parallel: bool, outline_serial: bool = 
 # more (6-12 there, 6-12 in the GEMM micro-kernel), and a 2 x 32 conv tile with an unrolled
 # reduction, written out, became mixed 512/256/128-bit code (58.5 -> 38.2 GFLOPS, AVX-512 Zen 4).
 ROWS_WRITTEN_OUT_MIN = 5
+# Conv2d and depthwise tiles vectorised over channels update their columns in one loop over the
+# lanes (Tile.update_rows_per_lane) from this many columns: in a compile-only grid (AVX-512, 16 or 32
+# lanes, unrolled 1-4x) tiles of 3, 4, 6, 8 and 12 columns compiled to gathers or 128/256-bit FMAs as
+# loops, 2 columns never; written out, 2 x 32 and 2 x 16 with an unrolled reduction ran 75.8 -> 42.6
+# and 50.8 -> 35.9 GFLOPS (Zen 4, best of 9) with the same FMAs.
+COLUMNS_WRITTEN_OUT_MIN = 3
 
 
 class Tile:
@@ -305,7 +311,8 @@ class Tile:
     that the accumulators are indexed by constants only: SROA keeps them in registers and the SLP
     vectoriser turns each row into vector FMAs. Tiles that LLVM could vectorise across their rows
     write the rows out (:meth:`update_by_rows`); small ones keep a loop over the rows around the
-    lane loop (see ROWS_WRITTEN_OUT_MIN). What must not happen is
+    lane loop (see ROWS_WRITTEN_OUT_MIN); tiles over channels update every column in one lane loop
+    (:meth:`update_rows_per_lane`, from COLUMNS_WRITTEN_OUT_MIN columns). What must not happen is
     another unrolled block of the kernel asking SLP for vectors along the *rows*: a constant-bound
     store to an output that is contiguous along the rows (NCHW output, tile vectorised over
     channels) made SLP vectorise the store instead, and in a serial (non-``prange``) kernel the

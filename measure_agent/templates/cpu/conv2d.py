@@ -59,6 +59,7 @@ from measure_agent.templates.cpu._common import (
     pick_split,
     pick_tile,
     reduction_blocks,
+    COLUMNS_WRITTEN_OUT_MIN,
     ROWS_WRITTEN_OUT_MIN,
     Tile,
     target_of,
@@ -484,15 +485,16 @@ def _w_tile_setup(axis: str, wt: int) -> list[str]:
 # channels keep the loop over the rows: written out, with or without the weights copied, some became
 # mixed xmm/ymm code (NHWC 32 x 2, unrolled: 144 zmm FMAs -> 108 zmm + 36 ymm + 108 xmm).
 #
-# COLUMNS_WRITTEN_OUT: a tile vectorised over output channels with at least ROWS_WRITTEN_OUT_MIN
+# COLUMNS_WRITTEN_OUT: a tile vectorised over output channels with at least COLUMNS_WRITTEN_OUT_MIN
 # columns loads each column's input value into its own variable, then updates every column in one
 # loop over the lanes (Tile.update_rows_per_lane). As a loop over the columns around a loop over the
-# lanes, LLVM vectorised tiles of 6, 8 and 12 columns across the columns (one-vector tiles of 8 and
-# 12, 6 at any width): gathers, 128/256-bit FMAs only. AVX-512 Zen 4, best of 7 interleaved, GFLOPS:
-# NHWC 64ch 56x56 16 x 12 unrolled 4x 2.3 -> 82.3, 16 x 12 2.3 -> 98.1, 32 x 6 1.8 -> 59.5; 128ch
-# 56x56 s2 32 x 6 3.2 -> 129.8. Tiles of 5 and 10 columns compiled to the same FMAs either way
-# (16 x 5 unrolled 4x 150.6 -> 153.9, 16 x 10 unrolled 4x 204.0 -> 204.7; the 1x1 256->64 default, 32
-# x 10, 201.1 -> 199.7). One lane loop per column (update_by_rows) instead made 16 x 5 and 16 x 6
+# lanes, LLVM vectorised tiles of 3-12 columns across the columns (one-vector tiles of 3, 4, 8 and
+# 12, 6 at any width; compile-only grid, AVX-512): gathers, 128/256-bit FMAs only. Zen 4, best of
+# 7 interleaved, GFLOPS: NHWC 64ch 56x56 16 x 12 unrolled 4x 2.3 -> 82.3, 16 x 12 2.3 -> 98.1, 32 x
+# 6 1.8 -> 59.5; 128ch 56x56 s2 32 x 6 3.2 -> 129.8, 16 x 3 unrolled 4x 30.4 -> 62.9. The other
+# tiles of 3-10 columns compiled to the same FMAs either way (16 x 5 unrolled 4x 150.6 -> 153.9, 16
+# x 10 unrolled 4x 204.0 -> 204.7, the s2 default 32 x 4 183.8 -> 189.1, the 1x1 256->64 default 32
+# x 10 201.1 -> 199.7). One lane loop per column (update_by_rows) instead made 16 x 5 and 16 x 6
 # unrolled 4x 128-bit code (94 -> 73 GFLOPS).
 def _micro_tile(g: ConvGeometry, lay: Layout, config: Config) -> list[str]:
     axis = config["vector_axis"]
@@ -503,7 +505,7 @@ def _micro_tile(g: ConvGeometry, lay: Layout, config: Config) -> list[str]:
     if axis == "k":  # rows: the WT columns (input values broadcast); lanes: the KT channels
         tile = Tile(wt, kt, "kk")
         w_vec = "wp[ukt, pos, kk]" if pack else lay.w("ukb + np.uint64(kk)", "uc", "ur", "us")
-        if wt >= ROWS_WRITTEN_OUT_MIN:
+        if wt >= COLUMNS_WRITTEN_OUT_MIN:
             # each column's input value in its own variable, then one loop over the lanes updating
             # every column (COLUMNS_WRITTEN_OUT)
             update = [f"xv{b} = {lay.x('un', 'uc', row, f'cols[{b}] + np.uint64(s * DW)')}" for b in range(wt)]

@@ -35,6 +35,7 @@ from measure_agent.space import BoolKnob, ChoiceKnob, Config, ConfigSpace, Const
 from measure_agent.templates.base import KernelSource, Template
 from measure_agent.templates.cpu._common import (
     BLOCK_TILES,
+    COLUMNS_WRITTEN_OUT_MIN,
     ROWS_WRITTEN_OUT_MIN,
     UNROLLS,
     CpuSpace,
@@ -400,13 +401,14 @@ def _channel(axis: str, multiplier: int, oo: str = "oo") -> tuple[str, str]:
 # written out they measured 8-35% slower (144ch 56x56 s2 4 x 16, 960ch 7x7 4 x 7), but within this
 # host's noise (the same code differed by up to 20% in one run), so they were left as they were.
 ROWS_WRITTEN_OUT_LANES = 8
-# COLUMNS_WRITTEN_OUT: tiles vectorised over channels with at least ROWS_WRITTEN_OUT_MIN columns
+# COLUMNS_WRITTEN_OUT: tiles vectorised over channels with at least COLUMNS_WRITTEN_OUT_MIN columns
 # update every column in one loop over the lanes (Tile.update_rows_per_lane), as conv2d's do: as a
-# loop over the columns, LLVM vectorised NHWC tiles of 16 channels x 8 columns across the columns
-# (48-192 gathers, 256-bit FMAs). AVX-512 Zen 4, best of 7 interleaved, GFLOPS: 72ch 56x56 5x5 s2
-# 16 x 8 1.5 -> 26.4 serial, 2.9 -> 51.2 on 2 threads (unroll_r 4: 1.5 -> 8.7); 64ch 56x56 16 x 8
-# 1.7 -> 10.8 serial, 3.6 -> 20.3. Every other NHWC tile of 5-10 columns x 16 or 32 channels (unroll_r
-# 1 or 4) compiled to the same FMAs either way, as did NCHW tiles over channels (which gather).
+# loop over the columns, LLVM vectorised NHWC tiles of 16 channels x 4 or 8 columns across the
+# columns (48-192 gathers, 128/256-bit FMAs). AVX-512 Zen 4, best of 7 interleaved, GFLOPS: 72ch
+# 56x56 5x5 s2 16 x 8 1.5 -> 26.4 serial, 2.9 -> 51.2 on 2 threads (unroll_r 4: 1.5 -> 8.7), 16 x 4
+# 1.5 -> 25.1; 64ch 56x56 16 x 8 1.7 -> 10.8 serial, 3.6 -> 20.3. Every other NHWC tile of 3-10
+# columns x 16 or 32 channels (unroll_r 1 or 4) compiled to the same FMAs either way, as did NCHW
+# tiles over channels (which gather).
 
 
 def _tile_columns(lay: Layout, config: Config, multiplier: int, stride_w: int) -> list[str]:
@@ -446,7 +448,7 @@ def _tile_columns(lay: Layout, config: Config, multiplier: int, stride_w: int) -
                  f"cols = stack_array({wt}, np.uint64)  # input column of each tile column (edge: repeats)",
                  "for j in range(WT):",
                  "    cols[j] = np.uint64(min(w0 + j, t_end - 1) * SW - OFF_W)"]
-        if wt >= ROWS_WRITTEN_OUT_MIN:  # one loop over the lanes for every column (COLUMNS_WRITTEN_OUT)
+        if wt >= COLUMNS_WRITTEN_OUT_MIN:  # one loop over the lanes updating every column (COLUMNS_WRITTEN_OUT)
             update = tile.update_rows_per_lane(
                 "wk", f"wt[ur, us, {o_chan}]",
                 lambda b: lay.x("un", c_chan, "uih", f"cols[{b}] + np.uint64(s * DW)"), "OT")
