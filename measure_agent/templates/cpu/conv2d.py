@@ -482,14 +482,15 @@ def _w_tile_setup(axis: str, wt: int) -> list[str]:
 # unroll_c 4 3.4 -> 38-70 (two runs; LLVM's SLP vectoriser makes its unrolled copies 128-bit FMAs);
 # 128ch 56x56 s2 10 x 8 3.3 -> 20.4; NHWC 64ch 12 x 8 3.1 -> 25.5; unchanged: 6 x 48 59.9 -> 60.2,
 # 8 x 32 89.3 -> 90.3, the 1x1 2048->512 default (10 x 32) 136.9 -> 139.4. Tiles vectorised over
-# channels keep the loop over the rows: written out, with or without the weights copied, some became
-# mixed xmm/ymm code (NHWC 32 x 2, unrolled: 144 zmm FMAs -> 108 zmm + 36 ymm + 108 xmm).
+# channels are not written out this way: one lane loop per column, with or without the weights
+# copied, made some mixed xmm/ymm code (NHWC 32 x 2, unrolled: 144 zmm FMAs -> 108 zmm + 36 ymm + 108
+# xmm); they take the form below.
 #
 # COLUMNS_WRITTEN_OUT: a tile vectorised over output channels with at least COLUMNS_WRITTEN_OUT_MIN
 # columns loads each column's input value into its own variable, then updates every column in one
 # loop over the lanes (Tile.update_rows_per_lane). As a loop over the columns around a loop over the
 # lanes, LLVM vectorised tiles of 3-12 columns across the columns (one-vector tiles of 3, 4, 8 and
-# 12, 6 at any width; compile-only grid, AVX-512): gathers, 128/256-bit FMAs only. Zen 4, best of
+# 12, 6 at any width; compile-only grid, AVX-512): gathers or 128/256-bit FMAs. Zen 4, best of
 # 7 interleaved, GFLOPS: NHWC 64ch 56x56 16 x 12 unrolled 4x 2.3 -> 82.3, 16 x 12 2.3 -> 98.1, 32 x
 # 6 1.8 -> 59.5; 128ch 56x56 s2 32 x 6 3.2 -> 129.8, 16 x 3 unrolled 4x 30.4 -> 62.9. The other
 # tiles of 3-10 columns compiled to the same FMAs either way (16 x 5 unrolled 4x 150.6 -> 153.9, 16
