@@ -83,16 +83,6 @@ class VectorTarget:
         gathers, which cpu/_gemm.py no longer writes; 6 x 32 now runs level with 8 x 32)."""
         return 8 if self.registers >= 32 else 6
 
-    def gathers_from_a(self, rows: int, vector: int, dtype: str) -> bool:
-        """Whether a GEMM register tile of ``rows`` x ``vector`` with A read in place compiles to
-        gathers: on AVX-512 (32 registers), 8 rows x exactly one vector did (one thread, matmul
-        1024 x 16 x 1024 5.0 GFLOPS, 512 x 24 x 512 3.8, batch_matmul 8 x 256 x 16 x 256 4.7), where
-        4 rows x one vector ran 79.6, 67.3 and 57.5. Defaults take 4 rows then. (The cause was
-        the micro-kernel's row loop, which cpu/_gemm.py no longer writes: 8 x 16 at 1024 x 16 x
-        1024 now runs 209 GFLOPS best, 4 x 16 187, Zen 4; the rule stays until measured on more
-        hosts.)"""
-        return self.registers >= 32 and rows == 8 and vector == self.lanes(dtype)
-
     def accumulator_vectors(self, broadcast: int, vector: int, dtype: str) -> int:
         return broadcast * math.ceil(vector / self.lanes(dtype))
 

@@ -156,9 +156,6 @@ def gemm_default(shape: GemmShape, dtype: str, space: ConfigSpace, flops: int) -
         axis = "n"
         parallel = flops >= PARALLEL_MIN_FLOPS
     tile_n = _column_blocks(space, shape, tile_m, nr)
-    if axis == "n" and vt.gathers_from_a(tile_m[-1], tile_n[-1], dtype):  # a narrow B (N of 16-31 float32)
-        tile_m = _row_blocks(space, shape, 4)
-        tile_n = _column_blocks(space, shape, tile_m, nr)
     values = {
         "vector_axis": axis,
         "tile_m": tile_m,
@@ -225,8 +222,7 @@ NESTS = ("work_items", "blocks_outer")
 
 
 def render_gemm(*, title: str, entry: str, shape: GemmShape, workload, config: Config,
-                nest: str = "work_items", outline_serial: bool = True, row_loops: bool = False,
-                remainder_loop: bool = False) -> str:
+                nest: str = "work_items", outline_serial: bool = True, remainder_loop: bool = False) -> str:
     """The kernel text of ``config`` (knobs as in :func:`gemm_space`; without a ``vector_axis``
     knob, vectorised over ``n``).
 
@@ -234,11 +230,11 @@ def render_gemm(*, title: str, entry: str, shape: GemmShape, workload, config: C
     each looping over the KC blocks) or ``blocks_outer`` (no batch axis, B not transposed: NC and KC
     blocks outermost, the KC x NC block of B packed for each, its MC row blocks in parallel).
     ``outline_serial``: how a ``parallel=False`` config compiles (see :func:`kernel_head`).
-    ``row_loops`` (``Tile``) and ``remainder_loop`` (``unrolled_loop``): how the ``n`` micro-kernel
-    zeroes and stores its register tile and unrolls k. The matmul template needs both (2-core Zen 3,
-    512^3 and 1024^3 float32): without row loops its serial kernels ran at 2-25 GFLOPS instead of
-    50-75, and with guarded copies instead of a remainder loop an unroll_k=4 parallel kernel at 5-10
-    instead of 40-85. dense and batch_matmul keep the defaults their kernels were measured with.
+    ``remainder_loop`` (``unrolled_loop``): how the ``n`` micro-kernel unrolls k. The matmul
+    template needs it (2-core Zen 3, 512^3 and 1024^3 float32: with guarded copies instead, an
+    unroll_k=4 parallel kernel ran at 5-10 GFLOPS instead of 40-85); dense and batch_matmul keep the
+    guarded copies their kernels were measured with (with a remainder loop, batch_matmul 8 x 128^3
+    6 x 16 unrolled 4x ran 191 -> 161, Sapphire Rapids).
     """
     if nest not in NESTS:
         raise ValueError(f"unknown GEMM loop nest {nest!r}; expected one of {NESTS}")
@@ -286,7 +282,7 @@ def render_gemm(*, title: str, entry: str, shape: GemmShape, workload, config: C
         tiles = (["for strip in range(m_strips):"] + indent(strip_setup, 4)
                  + indent(["for panel in range(n_panels):"], 4) + indent(panel_setup, 8))
     if axis == "n":
-        tile = _tile_vector_n(ops, config, pack_a, pack_b, nest, row_loops, remainder_loop)
+        tile = _tile_vector_n(ops, config, pack_a, pack_b, nest, remainder_loop)
     else:
         tile = _tile_vector_k(ops, config)
     block = (_pack_a(ops) if pack_a else []) + tiles + indent(tile, 8)
@@ -478,13 +474,13 @@ def _strip_setup(pack_a: bool, mr: int) -> list[str]:
     ]
 
 
-def _store(ops: _Operands, tile: Tile, row_loops: bool = False) -> list[str]:
+def _store(ops: _Operands, tile: Tile) -> list[str]:
     return tile.store(row="r", target=lambda b: ops.out(f"np.uint64(i0 + {b})", "np.uint64(jb + c)"),
                       whole="mr == MR and c_lo == 0 and c_hi == NR", rows_edge="0, mr", lanes_edge="c_lo, c_hi",
-                      first="pc == 0", contiguous=True, row_loops=row_loops)
+                      first="pc == 0", contiguous=True, row_loops=True)
 
 
-def _tile_vector_n(ops: _Operands, config: Config, pack_a: bool, pack_b: bool, nest: str, row_loops: bool,
+def _tile_vector_n(ops: _Operands, config: Config, pack_a: bool, pack_b: bool, nest: str,
                    remainder_loop: bool) -> list[str]:
     _, _, mr = config["tile_m"]
     _, _, nr = config["tile_n"]
@@ -504,8 +500,14 @@ def _tile_vector_n(ops: _Operands, config: Config, pack_a: bool, pack_b: bool, n
     update = ["kk = np.uint64(k)", f"bl = stack_array({nr}, out.dtype)  # the k-th NR lanes of B",
               "for c in range(NR):", f"    bl[c] = {b_load}"]
     update += tile.update_by_rows("av", a_load, lambda r: "bl[c]", "NR")
-    return (tile.zero(row_loops) + unrolled_loop("k", "0", "kc", config["unroll_k"], update, remainder_loop)
-            + _store(ops, tile, row_loops))
+    # The tile is zeroed and stored row by row (Tile's row_loops), as in memory. Zeroed and stored
+    # one loop over the lanes updating every row (dense v4 and batch_matmul v3), some
+    # tiles became 128/256-bit code or gathered in the hot loop (Sapphire Rapids, one thread,
+    # batch_matmul 4 x 96 x 64 x 64: 4 x 16 45.3 -> 75.2 GFLOPS, 2 x 32 46.0 -> 74.3, 6 x 16
+    # unrolled 4x 3.8 -> 83.9; dense 64 x 96 x 128 6 x 16 and 5 x 16 unrolled 4x 3.6 -> 68.5 and
+    # 69.9); the matmul template always had it (Zen 3: serial kernels 2-25 -> 50-75).
+    return (tile.zero(row_loops=True) + unrolled_loop("k", "0", "kc", config["unroll_k"], update, remainder_loop)
+            + _store(ops, tile))
 
 
 def _tile_vector_k(ops: _Operands, config: Config) -> list[str]:

@@ -43,7 +43,7 @@ class BatchMatmulCpuTemplate(Template):
     target = "cpu"
     # 2: compiled with 512-bit vectors on AVX-512 hosts (codegen_environment); 3: the micro-kernel's
     # rows written out, not a loop (see cpu/_gemm.py)
-    version = "3"
+    version = "4"
 
     def space(self, workload: Workload, device: DeviceInfo | None = None) -> ConfigSpace:
         check_workload(self, workload)

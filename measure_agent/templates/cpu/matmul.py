@@ -161,8 +161,6 @@ class MatmulCpuTemplate(Template):
         nr = nr_vectors * vt.lanes(dtype)
         parallel = m * n * k >= 64**3
         tile_n = pick_split(space.knob("tile_n"), inner_at_most=nr, block_at_most=n)
-        if vt.gathers_from_a(mr, tile_n[-1], dtype):  # a narrow B (N of 16-31 float32)
-            mr = 4
         tile_m = pick_split(space.knob("tile_m"), inner_at_most=mr, block_at_most=max(1, min(16 * mr, m // 4)))
         axis = "m"
         if parallel and n >= COLUMN_BLOCKS * tile_n[-1]:
@@ -188,7 +186,7 @@ class MatmulCpuTemplate(Template):
         _, _, nr = config["tile_n"]
         title = f"matmul_cpu v{self.version}: out = A @ B, register tile {mr} x {nr}, vectorised over output columns"
         # serial kernels are outlined (outline_serial=True): see the module docstring;
-        # row_loops and remainder_loop: measured, see render_gemm
+        # remainder_loop: measured, see render_gemm
         text = render_gemm(title=title, entry="matmul", shape=_shape(workload), workload=workload, config=config,
-                           nest="blocks_outer", outline_serial=True, row_loops=True, remainder_loop=True)
+                           nest="blocks_outer", outline_serial=True, remainder_loop=True)
         return KernelSource(text=text, entry="matmul", runtime_args=gemm_runtime_args(config))
