@@ -71,8 +71,11 @@ class VectorTarget:
         """The broadcast tiles a default config picks from. On AVX-512 (Zen 5, numba 0.68) a conv
         tile of 2 vectors x 6 or x 12 columns, or of 1 vector, ran at 5 GFLOPS instead of 220-310
         (x 4, 5, 8, 10): LLVM vectorised them across their columns (gathers), which conv2d's
-        COLUMNS_WRITTEN_OUT no longer lets it do (Zen 4: 32 x 6 1.8 -> 60 GFLOPS); the rule stays
-        until defaults with 6 or 12 columns are measured against these. The space keeps them all."""
+        COLUMNS_WRITTEN_OUT no longer lets it do (Zen 4: 32 x 6 1.8 -> 60 GFLOPS). Defaults of 12
+        columns, which all 24 accumulator registers, still ran slower than those they would
+        replace (Sapphire Rapids, 2 threads, best of 8: 1x1 256 -> 64 56x56 32 x 10 179 vs 32 x 12
+        110 GFLOPS, 96 -> 32 28x28 143 vs 102, 7x7 s2 3 -> 64 32 x 8 242 vs 182, 1x1 2048 -> 512
+        7x7 over channels 10 x 32 221 vs 12 x 32 207). The space keeps them all."""
         return DEFAULT_BROADCAST_TILES_32_REGISTERS if self.registers >= 32 else BROADCAST_TILES
 
     @property
