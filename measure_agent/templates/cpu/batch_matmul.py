@@ -42,7 +42,7 @@ class BatchMatmulCpuTemplate(Template):
     op = "batch_matmul"
     target = "cpu"
     # 2: compiled with 512-bit vectors on AVX-512 hosts (codegen_environment); 3: the micro-kernel's
-    # rows written out, not a loop (see cpu/_gemm.py)
+    # rows written out, not a loop (see cpu/_gemm.py); 4: the register tile zeroed and stored row by row
     version = "4"
 
     def space(self, workload: Workload, device: DeviceInfo | None = None) -> ConfigSpace:

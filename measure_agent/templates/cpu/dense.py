@@ -45,7 +45,8 @@ class DenseCpuTemplate(Template):
     target = "cpu"
     # 2: compiled with 512-bit vectors on AVX-512 hosts (codegen_environment); 3: the reduction-
     # vectorised tile loops over lanes, then rows (SLP made 4-wide FMAs of some tiles before); 4: the
-    # column-vectorised tile's rows written out, not a loop (see cpu/_gemm.py)
+    # column-vectorised tile's rows written out, not a loop (see cpu/_gemm.py); 5: its register tile
+    # zeroed and stored row by row
     version = "5"
 
     def space(self, workload: Workload, device: DeviceInfo | None = None) -> ConfigSpace:
