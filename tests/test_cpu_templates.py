@@ -458,8 +458,8 @@ def test_rendered_kernel_is_readable_and_names_workload_and_config(text):
 
 def test_catalog_has_every_cpu_template():
     catalog = default_catalog()
-    versions = {"conv2d_nchw": "6", "conv2d_nhwc": "6", "depthwise_conv2d_nchw": "6",
-                "depthwise_conv2d_nhwc": "6", "dense": "5", "batch_matmul": "4", "matmul": "5"}
+    versions = {"conv2d_nchw": "6", "conv2d_nhwc": "6", "depthwise_conv2d_nchw": "7",
+                "depthwise_conv2d_nhwc": "7", "dense": "5", "batch_matmul": "4", "matmul": "5"}
     for op, version in versions.items():
         template = catalog.get(op, "cpu")
         assert template is not None and template.target == "cpu" and template.version == version
@@ -675,3 +675,56 @@ def test_tiles_over_channels_compile_to_vector_fmas(tmp_path, workload, lanes_kn
     assert fmas >= columns * w["S"] * unroll.get("unroll_c", 1), config
     if w.op != "conv2d_nhwc":  # (conv2d's weight packing gathers)
         assert gathers == 0, config
+
+
+@pytest.mark.parametrize("text", [
+    "depthwise_conv2d_nchw(N=2,C=5,H=9,W=11,R=3,S=3,pad=1)",
+    "depthwise_conv2d_nchw(N=1,C=4,H=10,W=7,R=5,S=5,pad=2,multiplier=2)",
+    "depthwise_conv2d_nchw(N=1,C=3,H=13,W=12,R=3,S=3,pad=2,dilation=2)",
+    "depthwise_conv2d_nchw(N=1,C=6,H=8,W=9,R=3,S=3,pad=0,dtype=float64)",
+    "depthwise_conv2d_nchw(N=1,C=7,H=6,W=5,R=1,S=1)",
+])
+def test_nchw_depthwise_planes_are_computed_whole(text, kernel_cache_dir):
+    """NCHW unit-stride layers whose padded planes fit PLANE_MAX_ELEMENTS default to
+    ``vector_axis=plane`` (each channel's padded plane on the stack, one vector loop over its
+    flattened grid); every channel block and both thread modes match the reference, with batches,
+    multipliers, dilation, no padding, 1x1 filters and float64."""
+    w = parse_workload(text)
+    template = TEMPLATES[w.op]
+    space = template.space(w, AVX512)
+    default = template.default_config(w, space)
+    assert default["vector_axis"] == "plane", default
+    blocks = sorted({v[1] for v in space.knob("tile_c").values if v[-1] == 1})
+    for per_item in (blocks[0], blocks[len(blocks) // 2], blocks[-1]):
+        tile_c = next(v for v in space.knob("tile_c").values if v[-1] == 1 and v[1] == per_item)
+        for parallel in (True, False):
+            check(w, space.make({**default.as_dict(), "tile_c": tile_c, "parallel": parallel}), kernel_cache_dir)
+    # a plane config has one value of each knob it does not use: no duplicates of one kernel
+    plane_configs = [c for c in space.iter_valid() if c["vector_axis"] == "plane"]
+    assert len(plane_configs) == len({(c["tile_c"], c["parallel"]) for c in plane_configs})
+
+
+def test_plane_kernels_only_where_the_plane_fits():
+    """Strided layers, planes beyond PLANE_MAX_ELEMENTS and NHWC keep the register tiles."""
+    for text in ("depthwise_conv2d_nchw(N=1,C=144,H=56,W=56,R=3,S=3,stride=2,pad=1)",
+                 "depthwise_conv2d_nchw(N=1,C=32,H=112,W=112,R=3,S=3,pad=1)",
+                 "depthwise_conv2d_nhwc(N=1,C=960,H=7,W=7,R=3,S=3,pad=1)"):
+        w = parse_workload(text)
+        space = TEMPLATES[w.op].space(w, AVX512)
+        assert "plane" not in space.knob("vector_axis").values, text
+    w = parse_workload("depthwise_conv2d_nchw(N=1,C=960,H=7,W=7,R=3,S=3,pad=1)")
+    space = TEMPLATES[w.op].space(w, AVX512)
+    assert TEMPLATES[w.op].default_config(w, space)["vector_axis"] == "plane"
+
+
+def test_plane_kernels_compile_to_vector_fmas(tmp_path):
+    """The plane kernel's grid loop is one 512-bit FMA per filter tap after the first (a multiply)
+    and vector (2-core Sapphire
+    Rapids, 2 threads: 960ch 7x7 13.3 -> 47.8 GFLOPS, 384ch 14x14 25.9 -> 77.1, 192ch 28x28 33.1
+    -> 97.6, 144ch 56x56 43.2 -> 69.2 against the column tiles' defaults)."""
+    workload = "depthwise_conv2d_nchw(N=1,C=16,H=14,W=14,R=3,S=3,pad=1)"
+    w, template, space = _avx512_space(workload)
+    config = template.default_config(w, space)
+    assert config["vector_axis"] == "plane"
+    fmas, gathers = _fmas_and_gathers_in_worker(tmp_path, workload, config)
+    assert fmas >= w["R"] * w["S"] - 1 and gathers == 0, (fmas, gathers)
