@@ -683,12 +683,16 @@ def test_tiles_over_channels_compile_to_vector_fmas(tmp_path, workload, lanes_kn
     "depthwise_conv2d_nchw(N=1,C=3,H=13,W=12,R=3,S=3,pad=2,dilation=2)",
     "depthwise_conv2d_nchw(N=1,C=6,H=8,W=9,R=3,S=3,pad=0,dtype=float64)",
     "depthwise_conv2d_nchw(N=1,C=7,H=6,W=5,R=1,S=1)",
+    "depthwise_conv2d_nchw(N=2,C=5,H=9,W=11,R=3,S=3,stride=2,pad=1)",
+    "depthwise_conv2d_nchw(N=1,C=4,H=12,W=13,R=5,S=5,stride=2,pad=2,multiplier=2)",
+    "depthwise_conv2d_nchw(N=1,C=3,H=15,W=14,R=3,S=3,stride=2,pad=2,dilation=2)",
+    "depthwise_conv2d_nchw(N=1,C=3,H=16,W=17,R=3,S=3,stride=3,pad=0,dtype=float64)",
 ])
 def test_nchw_depthwise_planes_are_computed_whole(text, kernel_cache_dir):
-    """NCHW unit-stride layers whose padded planes fit PLANE_MAX_ELEMENTS default to
-    ``vector_axis=plane`` (each channel's padded plane on the stack, one vector loop over its
+    """NCHW layers whose padded planes fit PLANE_MAX_ELEMENTS default to ``vector_axis=plane``
+    (each channel's padded plane, split into stride phases, on the stack; one vector loop over its
     flattened grid); every channel block and both thread modes match the reference, with batches,
-    multipliers, dilation, no padding, 1x1 filters and float64."""
+    multipliers, strides 1-3, dilation, no padding, 1x1 filters and float64."""
     w = parse_workload(text)
     template = TEMPLATES[w.op]
     space = template.space(w, AVX512)
@@ -705,24 +709,31 @@ def test_nchw_depthwise_planes_are_computed_whole(text, kernel_cache_dir):
 
 
 def test_plane_kernels_only_where_the_plane_fits():
-    """Strided layers, planes beyond PLANE_MAX_ELEMENTS and NHWC keep the register tiles."""
-    for text in ("depthwise_conv2d_nchw(N=1,C=144,H=56,W=56,R=3,S=3,stride=2,pad=1)",
+    """Planes beyond PLANE_MAX_ELEMENTS and NHWC keep the register tiles."""
+    for text in ("depthwise_conv2d_nchw(N=1,C=96,H=112,W=112,R=3,S=3,stride=2,pad=1)",
                  "depthwise_conv2d_nchw(N=1,C=32,H=112,W=112,R=3,S=3,pad=1)",
                  "depthwise_conv2d_nhwc(N=1,C=960,H=7,W=7,R=3,S=3,pad=1)"):
         w = parse_workload(text)
         space = TEMPLATES[w.op].space(w, AVX512)
         assert "plane" not in space.knob("vector_axis").values, text
-    w = parse_workload("depthwise_conv2d_nchw(N=1,C=960,H=7,W=7,R=3,S=3,pad=1)")
-    space = TEMPLATES[w.op].space(w, AVX512)
-    assert TEMPLATES[w.op].default_config(w, space)["vector_axis"] == "plane"
+    for text in ("depthwise_conv2d_nchw(N=1,C=960,H=7,W=7,R=3,S=3,pad=1)",
+                 "depthwise_conv2d_nchw(N=1,C=144,H=56,W=56,R=3,S=3,stride=2,pad=1)"):
+        w = parse_workload(text)
+        space = TEMPLATES[w.op].space(w, AVX512)
+        assert TEMPLATES[w.op].default_config(w, space)["vector_axis"] == "plane", text
 
 
 def test_plane_kernels_compile_to_vector_fmas(tmp_path):
     """The plane kernel's grid loop is one 512-bit FMA per filter tap after the first (a multiply)
     and vector (2-core Sapphire
-    Rapids, 2 threads: 960ch 7x7 13.3 -> 47.8 GFLOPS, 384ch 14x14 25.9 -> 77.1, 192ch 28x28 33.1
-    -> 97.6, 144ch 56x56 43.2 -> 69.2 against the column tiles' defaults)."""
-    workload = "depthwise_conv2d_nchw(N=1,C=16,H=14,W=14,R=3,S=3,pad=1)"
+    Rapids, 2 threads: 960ch 7x7 13.9 -> 48.9 GFLOPS, 192ch 28x28 34.9 -> 96.9, 144ch 56x56
+    stride 2 27.8 -> 47.0 against the column tiles' defaults); with stride 2 too."""
+    for workload in ("depthwise_conv2d_nchw(N=1,C=16,H=14,W=14,R=3,S=3,pad=1)",
+                     "depthwise_conv2d_nchw(N=1,C=16,H=28,W=28,R=3,S=3,stride=2,pad=1)"):
+        _plane_kernel_compiles_to_vector_fmas(tmp_path, workload)
+
+
+def _plane_kernel_compiles_to_vector_fmas(tmp_path, workload: str) -> None:
     w, template, space = _avx512_space(workload)
     config = template.default_config(w, space)
     assert config["vector_axis"] == "plane"

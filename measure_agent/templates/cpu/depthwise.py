@@ -24,9 +24,9 @@ The register tile is vectorised along ``vector_axis``:
   tap loaded as vectors, for each of WT columns. A partial last channel tile shifts down to stay
   inside the channels; stores are masked.
 
-or, NCHW with unit stride and planes up to PLANE_MAX_ELEMENTS, ``vector_axis = plane``: no register
-tile; each channel's zero-padded plane on the stack and one vector loop over its flattened grid
-(``_render_plane``). Work items are (image, OC-block of output channels).
+or, NCHW with planes up to PLANE_MAX_ELEMENTS, ``vector_axis = plane``: no register tile; each
+channel's zero-padded plane (in stride phases) on the stack and one vector loop over its flattened
+grid (``_render_plane``). Work items are (image, OC-block of output channels).
 """
 
 from __future__ import annotations
@@ -59,13 +59,14 @@ from measure_agent.templates.cpu._conv import ConvGeometry, Layout, pad_input
 from measure_agent.workload import Workload
 
 VECTOR_AXES = ("w", "c")
-# NCHW, unit stride: the whole zero-padded plane of a channel on the stack, each output computed on
-# the padded plane's grid (its rows as wide as the padded row), so that every filter tap is one
-# contiguous shifted load of the flattened plane and LLVM vectorises one long loop over it; the
-# valid columns are copied out. Up to planes of this many padded elements (58 x 58: 56x56 with
-# a 3x3 filter): 2 threads, Sapphire Rapids, against the column tiles' default, 960ch 7x7 13.1 ->
-# 39.7 GFLOPS, 384ch 14x14 24.6 -> 71.9, 192ch 28x28 32.4 -> 87.2, 144ch 56x56 45.9 -> 79.5; at
-# 32ch 112x112 (12,996 elements) 61.3 against 66.0.
+# NCHW: the whole zero-padded plane of a channel on the stack (split into stride phases, see
+# _PhasePlanes), each output computed on the padded plane's grid (rows as wide as a padded row), so
+# that every filter tap is one contiguous shifted load of the flattened plane and LLVM vectorises
+# one long loop over it; the valid columns are copied out. Up to planes of this many elements
+# (58 x 58: 56x56 with a 3x3 filter), which with the grid stay within L1. 2 threads, Sapphire
+# Rapids, against the column tiles' defaults (GFLOPS): 960ch 7x7 13.9 -> 48.9, 192ch 28x28 34.9 ->
+# 96.9, 96ch 56x56 50.4 -> 90.5; stride 2: 144ch 56x56 27.8 -> 47.0, 576ch 14x14 8.0 -> 28.5, 5x5
+# 72ch 56x56 36.3 -> 76.7. Beyond it they lost: 32ch 112x112 69.5 -> 64.8, 96ch 112x112 s2 30.0 -> 25.8.
 PLANE_AXIS = "plane"
 PLANE_MAX_ELEMENTS = 4096
 BORDERS = ("direct", "padded_copy")
@@ -106,7 +107,7 @@ class _DepthwiseCpuTemplate(Template):
 
     Knobs:
     - ``vector_axis``: ``w`` (vectorise over output columns, broadcast weights), ``c``
-      (vectorise over output channels) or, NCHW with unit stride and small planes, ``plane``
+      (vectorise over output channels) or, NCHW with small planes, ``plane``
       (vectorise over the flattened padded plane; tile_c's register tile 1, the other knobs one
       value each).
     - ``tile_c`` = (blocks, OC/OT, OT): OT output channels per register tile; OC per work item.
@@ -203,13 +204,32 @@ class _DepthwiseCpuTemplate(Template):
                             runtime_args=(config["tile_c"][1] * ot, config["tile_h"][1], config["tile_w"][1] * wt))
 
 
-def _plane_elements(g: ConvGeometry) -> int:
-    """Elements of a channel's zero-padded plane, plus the taps the last grid row reads past it."""
-    return (g.H + 2 * g.PH) * (g.W + 2 * g.PW) + (g.S - 1) * g.DW
+@dataclass(frozen=True)
+class _PhasePlanes:
+    """A channel's zero-padded plane split into SH x SW phase planes (phase (ph, pw) holds the
+    padded plane's rows ph, ph + SH, ... and columns pw, pw + SW, ...): tap (r, s) of output (oh,
+    ow) is then element (oh + r*DH // SH, ow + s*DW // SW) of phase (r*DH % SH, s*DW % SW), so
+    every tap is one shifted contiguous load on a grid of OH rows of ``cols`` (unit stride: one
+    phase, the padded plane itself)."""
+
+    rows: int  # rows of a phase plane
+    cols: int  # columns of a phase plane: the grid's row stride
+    margin: int  # elements the last grid row's taps read past the last phase
+
+    @classmethod
+    def of(cls, g: ConvGeometry) -> "_PhasePlanes":
+        return cls(-(-(g.H + 2 * g.PH) // g.SH), -(-(g.W + 2 * g.PW) // g.SW), (g.S - 1) * g.DW // g.SW)
+
+    def elements(self, g: ConvGeometry) -> int:
+        return g.SH * g.SW * self.rows * self.cols + self.margin
+
+    def tap_offset(self, g: ConvGeometry, r: int, s: int) -> int:
+        phase = (r * g.DH % g.SH) * g.SW + s * g.DW % g.SW
+        return phase * self.rows * self.cols + r * g.DH // g.SH * self.cols + s * g.DW // g.SW
 
 
 def _plane_fits(g: ConvGeometry) -> bool:
-    return g.SH == 1 and g.SW == 1 and _plane_elements(g) <= PLANE_MAX_ELEMENTS
+    return _PhasePlanes.of(g).elements(g) <= PLANE_MAX_ELEMENTS
 
 
 def _interior_columns(g: ConvGeometry) -> int:
@@ -243,7 +263,7 @@ class DepthwiseConv2dNchwCpuTemplate(_DepthwiseCpuTemplate):
     layout = "nchw"
 
     def _default_split(self, g: ConvGeometry, space: ConfigSpace, dtype: str) -> _DefaultSplit:
-        """Unit-stride layers whose planes fit: ``vector_axis = plane``, channel blocks for about
+        """Layers whose planes fit (PLANE_MAX_ELEMENTS): ``vector_axis = plane``, channel blocks for about
         eight work items. Otherwise vectorised over columns: WT = the whole row when it is at
         most a vector or whole vectors up to three, else one or two vectors; OT channels filling
         about eight accumulators, plane by plane, work items over channel blocks, then rows when
@@ -372,15 +392,16 @@ def _render(template: _DepthwiseCpuTemplate, workload: Workload, config: Config,
 
 
 def _render_plane(template: _DepthwiseCpuTemplate, workload: Workload, config: Config, g: ConvGeometry) -> str:
-    """NCHW, unit stride (see PLANE_AXIS): for each output channel, its input channel's plane
-    copied into a zero-padded stack buffer ``xp`` of XW-wide rows (once per input channel), then
-    ``grid[q] = sum over taps of w[r, s] * xp[q + r*DH*XW + s*DW]`` over the padded rows' grid
-    (q = oh * XW + ow; its last XW - OW columns of each row are never stored), then the valid
+    """NCHW (see PLANE_AXIS and :class:`_PhasePlanes`): for each output channel, its input
+    channel's plane copied into the zero-padded phase planes ``xp`` on the stack (once per input
+    channel), then ``grid[q] = sum over taps of w[r, s] * xp[q + tap_offset(r, s)]`` over the grid
+    of OH rows of XWP (q = oh * XWP + ow; the columns from OW on are never stored), then the valid
     columns copied to ``out``."""
     parallel = config["parallel"]
     multiplier = workload["multiplier"]
-    xw = g.W + 2 * g.PW
-    grid = g.OH * xw
+    planes = _PhasePlanes.of(g)
+    xn = planes.elements(g)
+    grid = g.OH * planes.cols
     lines = header(f"{workload.op}_cpu v{template.version}: depthwise convolution, vectorised over the "
                    "flattened zero-padded plane of each channel",
                    workload, config, "depthwise(x, w, out, OC, HB, WC)",
@@ -388,15 +409,17 @@ def _render_plane(template: _DepthwiseCpuTemplate, workload: Workload, config: C
     emit = lines.append
     emit(f"M = {multiplier}  # channel multiplier: output channel o reads input channel o // M")
     emit(f"PH, PW = {g.PH}, {g.PW}  # padding")
+    emit(f"SH, SW = {g.SH}, {g.SW}  # strides: SH x SW phase planes")
     emit(f"H, W, OH, OW = {g.H}, {g.W}, {g.OH}, {g.OW}  # planes (constant: the copies compile to vector moves)")
-    emit(f"XW = {xw}  # padded row width: the grid's row stride")
-    emit(f"XN = {_plane_elements(g)}  # padded plane, plus the taps the last grid row reads past it")
-    emit(f"GRID = {grid}  # outputs computed: OH rows of XW")
+    emit(f"XHP, XWP = {planes.rows}, {planes.cols}  # a phase plane's rows and columns (XWP: the grid's row stride)")
+    emit(f"PLANE = {planes.rows * planes.cols}  # elements of a phase plane")
+    emit(f"XN = {xn}  # the phase planes, plus the taps the last grid row reads past them")
+    emit(f"GRID = {grid}  # outputs computed: OH rows of XWP")
     emit("")
     emit("")
     lines += kernel_head("depthwise", "x, w, out, OC, HB, WC", parallel)
     taps = [(r, t) for r in range(g.R) for t in range(g.S)]
-    terms = [f"xp[q + {r * g.DH * xw + t * g.DW}] * w{r}_{t}" for r, t in taps]
+    terms = [f"xp[q + {planes.tap_offset(g, r, t)}] * w{r}_{t}" for r, t in taps]
     body = [
         "N, C = x.shape[0], x.shape[1]",
         "O = C * M  # output channels",
@@ -407,7 +430,7 @@ def _render_plane(template: _DepthwiseCpuTemplate, workload: Workload, config: C
         "    n = item // o_blocks",
         "    o_lo = item % o_blocks * OC",
         "    o_hi = min(O, o_lo + OC)",
-        f"    xp = stack_array({_plane_elements(g)}, x.dtype)  # the padded plane (XN): its border stays zero",
+        f"    xp = stack_array({xn}, x.dtype)  # the phase planes (XN): their borders stay zero",
         "    for i in range(XN):",
         "        xp[i] = 0",
         f"    grid = stack_array({grid}, out.dtype)  # GRID",
@@ -416,9 +439,23 @@ def _render_plane(template: _DepthwiseCpuTemplate, workload: Workload, config: C
         "        m = o % M",
         "        if o == o_lo or m == 0:  # a new input channel: copy its plane in",
         "            for h in range(H):",
-        "                for col in range(W):",
-        "                    xp[(h + PH) * XW + col + PW] = x[n, c, h, col]",
+        "                row = (h + PH) % SH * SW * PLANE + (h + PH) // SH * XWP",
     ]
+    # padded column j * SW + pw is input column j * SW + pw - PW: for j in [j_lo, j_hi) all SW of
+    # them are inside the input, and one loop that loads them together and stores each to its
+    # phase is vectorised as an interleaved group (a scatter per element was not: 144ch 56x56 s2
+    # ran slower than the column tiles); the input columns left over are copied one by one
+    j_lo = -(-g.PW // g.SW)
+    j_hi = max(j_lo, (g.W + g.PW - g.SW) // g.SW + 1)
+    body += [f"                for j in range({j_lo}, {j_hi}):"]
+    shift = lambda k: f" + {k}" if k > 0 else f" - {-k}" if k < 0 else ""  # noqa: E731
+    plane = planes.rows * planes.cols
+    body += [f"                    xp[row{shift(pw * plane)} + j] = x[n, c, h, j * SW{shift(pw - g.PW)}]"
+             for pw in range(g.SW)]
+    covered = {j * g.SW + pw - g.PW for j in range(j_lo, j_hi) for pw in range(g.SW)}
+    for col in (col for col in range(g.W) if col not in covered):
+        phase, j = (col + g.PW) % g.SW, (col + g.PW) // g.SW
+        body += [f"                xp[row + {phase * plane + j}] = x[n, c, h, {col}]"]
     body += [f"        w{r}_{t} = w[c, m, {r}, {t}]" for r, t in taps]
     body += ["        for q in range(GRID):", "            grid[q] = (" + terms[0]]
     body += [f"                       + {term}" for term in terms[1:]]
@@ -426,7 +463,7 @@ def _render_plane(template: _DepthwiseCpuTemplate, workload: Workload, config: C
     body += [
         "        for oh in range(OH):",
         "            for ow in range(OW):",
-        "                out[n, o, oh, ow] = grid[oh * XW + ow]",
+        "                out[n, o, oh, ow] = grid[oh * XWP + ow]",
     ]
     lines += indent(body, 4)
     lines += kernel_tail("depthwise", "x, w, out, OC, HB, WC", parallel)
