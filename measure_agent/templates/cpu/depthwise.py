@@ -159,10 +159,8 @@ class _DepthwiseCpuTemplate(Template):
             ),
         ]
         if plane:
-            # a plane kernel has no register tile, row or column blocks, border or loop-order
-            # choice: one value each, so that its configs differ only in channels per work item
-            fixed = {"tile_w": knobs[2].values[0], "tile_h": knobs[3].values[0], "border": "padded_copy",
-                     "loop_order": "channels_outer", "unroll_r": 1}
+            named = {knob.name: knob for knob in knobs}
+            fixed = _plane_fixed(named["tile_w"], named["tile_h"])
             constraints.append(Constraint(
                 ("vector_axis", "tile_c", *fixed),
                 lambda axis, tc, *rest: axis != PLANE_AXIS or (tc[-1] == 1 and rest == tuple(fixed.values())),
@@ -179,9 +177,7 @@ class _DepthwiseCpuTemplate(Template):
         split = self._default_split(g, space, workload.dtype)
         rows = max(1, g.OH // split.h_splits)
         tile_h = max((v for v in space.knob("tile_h").values if v[1] <= rows), key=lambda v: v[1])
-        if split.vector_axis == PLANE_AXIS:
-            tile_h = space.knob("tile_h").values[0]
-        return space.make({
+        values = {
             "vector_axis": split.vector_axis,
             "tile_c": split.tile_c,
             "tile_w": split.tile_w,
@@ -190,7 +186,10 @@ class _DepthwiseCpuTemplate(Template):
             "loop_order": split.loop_order,
             "unroll_r": 1,
             "parallel": workload.flops >= DEPTHWISE_PARALLEL_MIN_FLOPS,
-        })
+        }
+        if split.vector_axis == PLANE_AXIS:
+            values.update(_plane_fixed(space.knob("tile_w"), space.knob("tile_h")))
+        return space.make(values)
 
     def _default_split(self, g: ConvGeometry, space: ConfigSpace, dtype: str) -> _DefaultSplit:
         raise NotImplementedError
@@ -220,16 +219,28 @@ class _PhasePlanes:
     def of(cls, g: ConvGeometry) -> "_PhasePlanes":
         return cls(-(-(g.H + 2 * g.PH) // g.SH), -(-(g.W + 2 * g.PW) // g.SW), (g.S - 1) * g.DW // g.SW)
 
+    @property
+    def phase_elements(self) -> int:
+        return self.rows * self.cols
+
     def elements(self, g: ConvGeometry) -> int:
-        return g.SH * g.SW * self.rows * self.cols + self.margin
+        return g.SH * g.SW * self.phase_elements + self.margin
 
     def tap_offset(self, g: ConvGeometry, r: int, s: int) -> int:
         phase = (r * g.DH % g.SH) * g.SW + s * g.DW % g.SW
-        return phase * self.rows * self.cols + r * g.DH // g.SH * self.cols + s * g.DW // g.SW
+        return phase * self.phase_elements + r * g.DH // g.SH * self.cols + s * g.DW // g.SW
 
 
 def _plane_fits(g: ConvGeometry) -> bool:
     return _PhasePlanes.of(g).elements(g) <= PLANE_MAX_ELEMENTS
+
+
+def _plane_fixed(tile_w: SplitKnob, tile_h: SplitKnob) -> dict[str, object]:
+    """The one value a plane config takes of each knob it does not use (it has no register tile,
+    row or column blocks, border or loop-order choice), so that plane configs differ only in
+    channels per work item and parallel: the space's constraint and the default both use it."""
+    return {"tile_w": tile_w.values[0], "tile_h": tile_h.values[0], "border": "padded_copy",
+            "loop_order": "channels_outer", "unroll_r": 1}
 
 
 def _interior_columns(g: ConvGeometry) -> int:
@@ -272,8 +283,8 @@ class DepthwiseConv2dNchwCpuTemplate(_DepthwiseCpuTemplate):
         c_splits = max(1, math.ceil(ITEMS_PER_CORE * CORES_GUESS / g.N))
         if PLANE_AXIS in space.knob("vector_axis").values:  # planes that fit (PLANE_MAX_ELEMENTS)
             tile_c = pick_split(space.knob("tile_c"), 1, max(1, g.K // c_splits), inner_ok=lambda t: t == 1)
-            return _DefaultSplit(PLANE_AXIS, "channels_outer", "padded_copy", tile_c,
-                                 space.knob("tile_w").values[0], 1)
+            fixed = _plane_fixed(space.knob("tile_w"), space.knob("tile_h"))
+            return _DefaultSplit(PLANE_AXIS, fixed["loop_order"], fixed["border"], tile_c, fixed["tile_w"], 1)
         vt = target_of(space)
         lanes = vt.lanes(dtype)
         # the whole row when it is at most a vector or whole vectors; else one or two vectors
@@ -411,8 +422,8 @@ def _render_plane(template: _DepthwiseCpuTemplate, workload: Workload, config: C
     emit(f"PH, PW = {g.PH}, {g.PW}  # padding")
     emit(f"SH, SW = {g.SH}, {g.SW}  # strides: SH x SW phase planes")
     emit(f"H, W, OH, OW = {g.H}, {g.W}, {g.OH}, {g.OW}  # planes (constant: the copies compile to vector moves)")
-    emit(f"XHP, XWP = {planes.rows}, {planes.cols}  # a phase plane's rows and columns (XWP: the grid's row stride)")
-    emit(f"PLANE = {planes.rows * planes.cols}  # elements of a phase plane")
+    emit(f"XWP = {planes.cols}  # a phase plane's columns: the grid's row stride")
+    emit(f"PLANE = {planes.phase_elements}  # elements of a phase plane ({planes.rows} rows of XWP)")
     emit(f"XN = {xn}  # the phase planes, plus the taps the last grid row reads past them")
     emit(f"GRID = {grid}  # outputs computed: OH rows of XWP")
     emit("")
@@ -449,7 +460,7 @@ def _render_plane(template: _DepthwiseCpuTemplate, workload: Workload, config: C
     j_hi = max(j_lo, (g.W + g.PW - g.SW) // g.SW + 1)
     body += [f"                for j in range({j_lo}, {j_hi}):"]
     shift = lambda k: f" + {k}" if k > 0 else f" - {-k}" if k < 0 else ""  # noqa: E731
-    plane = planes.rows * planes.cols
+    plane = planes.phase_elements
     body += [f"                    xp[row{shift(pw * plane)} + j] = x[n, c, h, j * SW{shift(pw - g.PW)}]"
              for pw in range(g.SW)]
     covered = {j * g.SW + pw - g.PW for j in range(j_lo, j_hi) for pw in range(g.SW)}
