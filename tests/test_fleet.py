@@ -382,3 +382,43 @@ def test_queued_work_wakes_waiting_leases_one_per_candidate_or_all_under_a_requi
     scheduler.leave(cpu.agent_id)
     for t in threads:
         t.join(40)
+
+
+def test_a_driver_gathering_results_wakes_when_enough_arrived_not_at_each():
+    """``wait_for_results`` returns once the count is reached (True), at its timeout or at a nudge
+    (False); results before the count do not wake it."""
+    import threading
+    import time
+
+    from measure_agent.engine import MeasureInput, MeasureResult, MeasureStatus
+    from measure_agent.space import Config
+    from measure_agent.workload import parse_workload
+    from tuner.daemon.scheduler import Scheduler
+
+    scheduler = Scheduler(heartbeat_interval_s=600, agent_timeout_s=1200)
+    agent = scheduler.register("k", "a", {}, parallel=1)
+    item = MeasureInput(parse_workload("matmul(M=1,N=1,K=1)"), Config((("variant", 0),)), "sleep")
+    scheduler.submit("k", 1, 0, [item] * 6, FAST)
+    leases = scheduler.lease(agent.agent_id, 6, 0)
+    ok = MeasureResult(MeasureStatus.OK, costs=(1.0,))
+    start = scheduler.results_accepted
+    assert not scheduler.wait_for_results(start + 1, 0.05)  # nothing came: the timeout
+
+    outcome = {}
+    waiter = threading.Thread(target=lambda: outcome.setdefault("reached", scheduler.wait_for_results(start + 3, 60)))
+    waiter.start()
+    wait_for(lambda: scheduler._enough_results._waiters, 10, "the driver waiting")
+    scheduler.report_many(agent.agent_id, [(leases[0].lease_id, ok), (leases[1].lease_id, ok)])
+    time.sleep(0.1)
+    assert waiter.is_alive()  # two of three: still gathering
+    scheduler.report(agent.agent_id, leases[2].lease_id, ok)
+    waiter.join(10)
+    assert outcome == {"reached": True} and scheduler.results_accepted == start + 3
+
+    outcome.clear()
+    waiter = threading.Thread(target=lambda: outcome.setdefault("reached", scheduler.wait_for_results(start + 10, 60)))
+    waiter.start()
+    wait_for(lambda: scheduler._enough_results._waiters, 10, "the driver waiting")
+    scheduler.nudge()  # a job started, or the daemon stops: step now
+    waiter.join(10)
+    assert outcome == {"reached": False}

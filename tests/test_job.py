@@ -184,3 +184,24 @@ def test_the_summary_prints_the_jobs_note(capsys):
                        message="3 of 9 timings were slowed by other work on the measuring host")
     assert print_summary(status) == 0
     assert "note:      3 of 9 timings were slowed" in capsys.readouterr().out
+
+
+def test_a_step_can_use_a_refill_chunk_of_results_or_what_is_left_in_flight(log):
+    """What a driver of many jobs gathers before it steps one: half the parallelism (the chunk a
+    refill proposes), and at the end of the budget no more than is still in flight."""
+    measurer = OneResultAtATime(shares_cpu_with_tuner=False)
+    measurer.parallelism = 8
+    job = TuningJob(parse_workload("matmul(M=64,N=64,K=64)"), measurer, log, fault_catalog(),
+                    TuneOptions(trials=30, strategy="random", seed=1, target="sleep"))
+    assert job.results_worth_a_step == 0  # before the first step: nothing in flight
+    steps = job.steps()
+    next(steps)
+    assert job.results_worth_a_step == 4
+    seen = []
+    with pytest.raises(StopIteration):
+        while True:
+            next(steps)
+            seen.append((job.results_worth_a_step, len(measurer.pending)))
+    # OneResultAtATime measures one candidate per step: in flight is what it still holds
+    assert all(wanted == min(4, pending) for wanted, pending in seen)
+    assert [wanted for wanted, _ in seen[-4:]] == [3, 2, 1, 0]

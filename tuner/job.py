@@ -145,6 +145,15 @@ class TuningJob:
         self.on_progress = on_progress or (lambda progress: None)
         self.on_note = on_note or (lambda note: None)
         self.job_id = job_id
+        self._refill = 1  # see results_worth_a_step
+        self._in_flight = 0
+
+    @property
+    def results_worth_a_step(self) -> int:
+        """How many results the next step of :meth:`steps` can use at once: a refill's chunk, or
+        what is in flight when that is less (0: nothing is). A driver of many jobs gathers up to
+        this many before it steps: one log transaction and one proposal for the group."""
+        return min(max(1, self._refill), self._in_flight)
 
     def run(self) -> TuneSummary:
         """Tune to the end in this thread (waiting up to a second at a time for results)."""
@@ -204,6 +213,7 @@ class TuningJob:
                 window = opts.batch_size or max(4, 3 * parallelism)
                 chunk = window // 2 if opts.batch_size else max(1, parallelism // 2)
                 room = min(window - len(in_flight), opts.trials - len(measured) - len(in_flight))
+                self._refill = chunk
                 # Proposing (a model fit, ranking the space) on the cores a kernel is being timed on
                 # takes them from its threads: where they are shared, propose between batches.
                 ready_for_more = not in_flight if between_batches else len(in_flight) <= window - chunk
@@ -232,6 +242,7 @@ class TuningJob:
                 if not arrived:
                     if not in_flight:
                         unlogged.wait(wait_s)
+                    self._in_flight = len(in_flight)
                     yield False
                     continue
                 # the configs measured are the ones proposed: no need to read them back from the records
@@ -260,6 +271,7 @@ class TuningJob:
                     stopped_early = True  # what is in flight is still collected and logged
                 if opts.time_budget_s is not None and time.monotonic() - started >= opts.time_budget_s:
                     stopped_early = True  # wall-time budget spent: drain what is in flight
+                self._in_flight = len(in_flight)
                 yield True
             final_status = "done"
         except MeasurementAborted as exc:

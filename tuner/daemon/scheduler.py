@@ -19,6 +19,7 @@ import heapq
 import itertools
 import json
 import logging
+import math
 import threading
 import time
 import uuid
@@ -131,6 +132,12 @@ class Scheduler:
         self._key_devices: dict[str, dict[str, dict]] = {}
         self._started_jobs: set[int] = set()
         self._generation = 0
+        # results accepted so far, and the count a driver gathering results waits for (the
+        # lowest such target; inf: none): see wait_for_results
+        self._accepted = 0
+        self._accepted_wanted = math.inf
+        self._enough_results = threading.Condition(self._mutex)
+        self._nudges = 0
         self._agents_version = 0  # counts joins, departures and quarantines (see agents_version)
         self.expired_leases = 0
         self.results_by_status: Counter[str] = Counter()  # accepted results, for metrics
@@ -301,9 +308,12 @@ class Scheduler:
         return self._generation
 
     def nudge(self) -> None:
-        """Count a change nothing else announced (a job started), waking whoever waits for one."""
+        """Count a change nothing else announced (a job started), waking whoever waits for one
+        (also in :meth:`wait_for_results`)."""
         with self._lock:
             self._notify()
+            self._nudges += 1
+            self._enough_results.notify_all()
 
     def wait_for_change(self, since_generation: int, timeout_s: float) -> bool:
         """Block until :attr:`generation` moves past ``since_generation`` or ``timeout_s`` passes;
@@ -312,6 +322,26 @@ class Scheduler:
             if self._generation == since_generation:
                 self._lock.wait(timeout_s)
             return self._generation != since_generation
+
+    @property
+    def results_accepted(self) -> int:
+        """Counts accepted results; see :meth:`wait_for_results`."""
+        return self._accepted
+
+    def wait_for_results(self, count: int, timeout_s: float) -> bool:
+        """Block until :attr:`results_accepted` reaches ``count``, ``timeout_s`` passes or a
+        :meth:`nudge` comes; whether the count was reached. The waiter wakes when the count is
+        reached, not at each result before it: hundreds of results a second cost it one wake-up."""
+        deadline = time.monotonic() + timeout_s  # a real wait, whatever clock the scheduler keeps
+        with self._lock:
+            nudges = self._nudges
+            while self._accepted < count:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or self._nudges != nudges:
+                    return False
+                self._accepted_wanted = min(self._accepted_wanted, count)
+                self._enough_results.wait(remaining)
+            return True
 
     def cancel_job(self, job_id: int) -> None:
         """Drop the job's queued and leased candidates; results for them are rejected."""
@@ -425,11 +455,15 @@ class Scheduler:
                     batch.results[candidate.index] = result
                     batch.finished.append(candidate.index)
                     batch.remaining -= 1
+                    self._accepted += 1
                     self.results_by_status[result.status.value] += 1
                     self._recent_results.append(now)
                     observed.append((batch.key, result, now - (candidate.leased_at or now)))
             if released:
                 self._notify()
+                if self._accepted >= self._accepted_wanted:
+                    self._accepted_wanted = math.inf
+                    self._enough_results.notify_all()
         for key, result, lease_to_result_s in observed:
             for observer in self._result_observers:
                 observer(key, result, lease_to_result_s)
