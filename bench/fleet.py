@@ -12,8 +12,8 @@ the per-candidate overhead is what each candidate cost an agent beyond its kerne
 ``--protocol-agents`` runs agents that speak the protocol but measure nothing ("running" a candidate
 is an asyncio sleep): a few processes of asyncio agents, so a thousand fit on a small machine. The
 daemon runs in this process: ``daemon_cpu_ms`` is its CPU (gRPC server, scheduler, the job's search
-and log) per candidate, ``daemon_rss_mb`` its resident memory with every agent connected, and
-``p99_ms`` the 99th percentile from a lease to its accepted result. v1 points are served by the same
+and log) per candidate, less the watching client's thread (``client_cpu_ms``), ``daemon_rss_mb`` its
+resident memory with every agent connected, and ``p99_ms`` the 99th percentile from a lease to its accepted result. v1 points are served by the same
 daemon with its unary agent service switched on for this comparison (``Daemon(serve_v1_agents=True)``).
 
 Real agents (v2 only: the agent speaks nothing else) report ``agent_cpu_ms``: the agent process's
@@ -265,7 +265,8 @@ def run_one(agents: int, per_agent: int, sleep_ms: int, workdir: str, protocol: 
                 pass
             latencies.recording = True
             start = time.perf_counter()
-            cpu_start = time.process_time()  # this process is the daemon (plus the watching client)
+            # this process is the daemon plus the watching client, which runs in this thread
+            cpu_start, client_cpu_start = time.process_time(), time.thread_time()
             threads_start = thread_cpu_seconds()
             agents_cpu_start = tree_cpu_seconds([p.pid for p in processes])
             agent_main_cpu_start = tree_cpu_seconds([p.pid for p in processes], children=False)
@@ -286,7 +287,8 @@ def run_one(agents: int, per_agent: int, sleep_ms: int, workdir: str, protocol: 
             if final is not None and final.state == "cancelled":
                 raise RuntimeError(f"did not finish within {limit_s:.0f} s: {final.measured_now} of {candidates} "
                                    "results")
-            daemon_cpu = time.process_time() - cpu_start
+            client_cpu = time.thread_time() - client_cpu_start
+            daemon_cpu = time.process_time() - cpu_start - client_cpu
             threads = thread_cpu_seconds()
             agents_cpu = tree_cpu_seconds([p.pid for p in processes]) - agents_cpu_start
             agent_main_cpu = tree_cpu_seconds([p.pid for p in processes], children=False) - agent_main_cpu_start
@@ -300,10 +302,11 @@ def run_one(agents: int, per_agent: int, sleep_ms: int, workdir: str, protocol: 
             "efficiency": round(ideal / wall, 4),
             "overhead_ms": round((wall * agents / candidates - sleep_ms / 1000.0) * 1000.0, 2),
             "daemon_cpu_ms": round(daemon_cpu / candidates * 1000.0, 3),
+            "client_cpu_ms": round(client_cpu / candidates * 1000.0, 3),  # the watcher, not counted above
             "agents_cpu_ms": round(agents_cpu / candidates * 1000.0, 3),
             "agent_cpu_ms": round(agent_main_cpu / candidates * 1000.0, 3),
             "daemon_rss_mb": round(rss, 1), "p99_ms": round(latencies.p99_ms(), 1),
-            "cpu_busy": round((daemon_cpu + agents_cpu) / (cores * wall), 3),
+            "cpu_busy": round((daemon_cpu + client_cpu + agents_cpu) / (cores * wall), 3),
             # where the daemon's CPU per candidate goes, by thread kind (ms; threads that ended uncounted)
             "daemon_cpu_ms_by_thread": {kind: round((cpu - threads_start.get(kind, 0.0)) / candidates * 1000.0, 3)
                                         for kind, cpu in sorted(threads.items())
