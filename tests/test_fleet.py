@@ -422,3 +422,30 @@ def test_a_driver_gathering_results_wakes_when_enough_arrived_not_at_each():
     scheduler.nudge()  # a job started, or the daemon stops: step now
     waiter.join(10)
     assert outcome == {"reached": False}
+
+
+def test_a_cancelled_job_queues_nothing_more():
+    """A driver that gathered results before a step always finds some, so the job would never reach
+    the check its collect makes when none is ready: submitting is where a cancelled job stops."""
+    import threading
+
+    import pytest
+
+    from measure_agent.engine import MeasureInput
+    from measure_agent.space import Config
+    from measure_agent.workload import parse_workload
+    from tuner.daemon.fleet_measurer import FleetMeasurer
+    from tuner.daemon.scheduler import Scheduler
+    from tuner.measure import MeasurementAborted
+
+    scheduler = Scheduler(heartbeat_interval_s=1, agent_timeout_s=5)
+    scheduler.register("k", "a", {}, parallel=1)
+    cancel = threading.Event()
+    measurer = FleetMeasurer(scheduler, "k", 1, 0, FAST, "v", cancel)
+    item = MeasureInput(parse_workload("matmul(M=1,N=1,K=1)"), Config((("variant", 0),)), "sleep")
+    measurer.submit([item])
+    assert scheduler.job_counts(1) == (1, 0)
+    cancel.set()
+    with pytest.raises(MeasurementAborted) as aborted:
+        measurer.submit([item])
+    assert aborted.value.job_status == "cancelled" and scheduler.job_counts(1) == (0, 0)

@@ -71,6 +71,9 @@ class FleetMeasurer(Measurer):
             self.scheduler.wait_for_change(generation, 0.5)
 
     def submit(self, items: Sequence[MeasureInput]) -> None:
+        # a cancelled job (or a stopping daemon) queues nothing more: collect checks only when no
+        # result is ready, and a driver that gathered results before the step always finds some
+        self._check_can_go_on()
         if items:
             batch = self.scheduler.submit(self.device_key, self.job_id, self.priority, items, self.timing,
                                           self.requirement)
