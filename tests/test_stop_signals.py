@@ -1,5 +1,6 @@
 """SIGTERM and SIGINT stop the daemon, the dashboard and the agent even when they land while the
-main thread holds the lock of the event it waits on (a daemon in CI once ignored every SIGTERM)."""
+main thread holds the lock of the event it waits on, or land in another thread (a daemon in CI once
+ignored every SIGTERM; another slept through one)."""
 
 from __future__ import annotations
 
@@ -51,3 +52,28 @@ def test_the_stop_signals_are_handed_to_a_thread_of_their_own():
         assert on_main_thread == [False]
     finally:
         signal.signal(signal.SIGUSR1, previous)
+
+
+def test_a_stop_signal_the_kernel_gives_another_thread_still_wakes_the_waiting_main_thread():
+    # The kernel may deliver a process's SIGTERM to any thread (gRPC's, uvicorn's); an untimed
+    # Event.wait in the main thread then never ran the handler (a daemon in CI slept through it).
+    script = textwrap.dedent("""
+        import signal, threading, time
+        from measure_agent.signals import call_on_signals, wait_for_stop
+
+        stop = threading.Event()
+        call_on_signals(stop.set, (signal.SIGUSR1,))
+
+        def signal_this_thread():
+            time.sleep(0.3)  # the main thread is waiting by then
+            signal.pthread_kill(threading.get_ident(), signal.SIGUSR1)
+
+        threading.Thread(target=signal_this_thread).start()
+        wait_for_stop(stop)
+        print("stopped", flush=True)
+    """)
+    try:
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=20)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the main thread slept through a signal delivered to another thread")
+    assert done.stdout.strip() == "stopped", done.stderr

@@ -63,7 +63,7 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from measure_agent.signals import call_on_signals
+    from measure_agent.signals import call_on_signals, wait_for_stop
     from measure_agent.templates import load_catalog
     from tuner.daemon import Daemon
 
@@ -141,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"tunefleet daemon listening on {daemon.address}"
               + (f", metrics on port {metrics.port}" if metrics else "")
               + (f", dashboard at {dashboard.url}/" if dashboard else ""), flush=True)
-        stop.wait()
+        wait_for_stop(stop)
         if dashboard:
             dashboard.stop()
         if metrics:

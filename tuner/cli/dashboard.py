@@ -107,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
     models = load_models(args.dashboard_models)
     for warning in warnings:
         print(f"tuner: warning: {warning}", file=sys.stderr)
-    from measure_agent.signals import call_on_signals
+    from measure_agent.signals import call_on_signals, wait_for_stop
     from tuner.dashboard.app import create_app
 
     stop = threading.Event()
@@ -115,6 +115,6 @@ def run(args: argparse.Namespace) -> int:
     with open_log(args.db, existing=True) as log:
         server = start_server(create_app(log, access=access, models=models), args.listen, args.tls_cert, args.tls_key)
         print(f"tunefleet dashboard of {log.url} at {server.url}/ (Ctrl-C stops it)", flush=True)
-        stop.wait()
+        wait_for_stop(stop)
         server.stop()
     return 0
