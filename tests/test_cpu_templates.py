@@ -708,14 +708,48 @@ def test_nchw_depthwise_planes_are_computed_whole(text, kernel_cache_dir):
     assert len(plane_configs) == len({(c["tile_c"], c["parallel"]) for c in plane_configs})
 
 
+@pytest.mark.parametrize("text", [
+    "depthwise_conv2d_nchw(N=2,C=5,H=70,W=67,R=3,S=3,pad=1)",
+    "depthwise_conv2d_nchw(N=1,C=4,H=66,W=71,R=5,S=5,stride=2,pad=2,multiplier=2)",
+    "depthwise_conv2d_nchw(N=1,C=3,H=69,W=66,R=3,S=3,pad=2,dilation=2,dtype=float64)",
+    "depthwise_conv2d_nchw(N=1,C=3,H=65,W=67,R=3,S=2,stride=3,pad=0)",
+])
+def test_nchw_depthwise_larger_planes_are_computed_in_chunks_of_rows(text, kernel_cache_dir):
+    """NCHW planes beyond PLANE_MAX_ELEMENTS offer ``vector_axis=rows`` (the plane kernel over
+    chunks of tile_h[1] output rows: each chunk's padded input rows on the stack, rows outside the
+    input zeroed); chunks of one row, of a few and taller than the plane, both thread modes, match
+    the reference, with batches, multipliers, strides 1-3, dilation, no padding and float64."""
+    w = parse_workload(text)
+    template = TEMPLATES[w.op]
+    space = template.space(w, AVX512)
+    assert "plane" not in space.knob("vector_axis").values
+    rows_configs = [c for c in space.iter_valid() if c["vector_axis"] == "rows"]
+    chunks = sorted({c["tile_h"][1] for c in rows_configs})
+    assert chunks[0] == 1 and chunks[-1] >= 8, chunks
+    for chunk, parallel in ((1, False), (chunks[len(chunks) // 2], True), (chunks[-1], True)):
+        config = next(c for c in rows_configs if c["tile_h"][1] == chunk and c["parallel"] == parallel)
+        check(w, config, kernel_cache_dir)
+    # one value of each knob it does not use: no duplicates of one kernel
+    assert len(rows_configs) == len({(c["tile_c"], c["tile_h"], c["parallel"]) for c in rows_configs})
+
+
 def test_plane_kernels_only_where_the_plane_fits():
-    """Planes beyond PLANE_MAX_ELEMENTS and NHWC keep the register tiles."""
+    """Planes beyond PLANE_MAX_ELEMENTS compute chunks of rows instead (the default where the
+    channels make enough work items); NHWC keeps the register tiles."""
     for text in ("depthwise_conv2d_nchw(N=1,C=96,H=112,W=112,R=3,S=3,stride=2,pad=1)",
                  "depthwise_conv2d_nchw(N=1,C=32,H=112,W=112,R=3,S=3,pad=1)",
                  "depthwise_conv2d_nhwc(N=1,C=960,H=7,W=7,R=3,S=3,pad=1)"):
         w = parse_workload(text)
         space = TEMPLATES[w.op].space(w, AVX512)
         assert "plane" not in space.knob("vector_axis").values, text
+        if w.op.endswith("nchw"):
+            default = TEMPLATES[w.op].default_config(w, space)
+            assert default["vector_axis"] == "rows" and default["tile_h"][1] == 4, default
+        else:
+            assert "rows" not in space.knob("vector_axis").values
+    few_channels = parse_workload("depthwise_conv2d_nchw(N=1,C=3,H=112,W=112,R=3,S=3,pad=1)")
+    space = TEMPLATES[few_channels.op].space(few_channels, AVX512)
+    assert TEMPLATES[few_channels.op].default_config(few_channels, space)["vector_axis"] == "w"
     for text in ("depthwise_conv2d_nchw(N=1,C=960,H=7,W=7,R=3,S=3,pad=1)",
                  "depthwise_conv2d_nchw(N=1,C=144,H=56,W=56,R=3,S=3,stride=2,pad=1)"):
         w = parse_workload(text)
