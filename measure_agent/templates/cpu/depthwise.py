@@ -78,7 +78,8 @@ PLANE_MAX_ELEMENTS = 4096
 # float32: a quarter of a 32 KiB L1d, the rest for the input rows read and the outputs written).
 # 2 threads, Zen 4, against the column tiles' defaults (GFLOPS, torch 2.14 beside): 32ch 112x112
 # 35-46 -> 82-84 with 4 rows (8: 82-84, 16: 70-89; torch 40-47); 96ch 112x112 s2 26 -> 49-51 with
-# 4 rows (2: 42, 8: 38-39, 16: 44; torch 24-26).
+# 4 rows (2: 42, 8: 38-39, 16: 44; torch 24-26). Shapes it was not chosen on, old -> new: 5x5 64ch
+# 80x80 50.4 -> 95.5, 24ch 150x150 s2 23.1 -> 39.7, 2 images of 16ch 96x128 50.8 -> 89.1.
 ROWS_AXIS = "rows"
 ROWS_MAX_ELEMENTS = 8192
 ROWS_CHUNK_ELEMENTS = 2048
