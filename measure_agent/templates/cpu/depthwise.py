@@ -475,41 +475,21 @@ def _render_plane(template: _DepthwiseCpuTemplate, workload: Workload, config: C
     emit(f"PH, PW = {g.PH}, {g.PW}  # padding")
     emit(f"SH, SW = {g.SH}, {g.SW}  # strides: SH x SW phase planes")
     emit(f"H, W, OH, OW = {g.H}, {g.W}, {g.OH}, {g.OW}  # planes (constant: the copies compile to vector moves)")
-    emit(f"XWP = {planes.cols}  # a phase plane's columns: the grid's row stride")
-    emit(f"PLANE = {planes.phase_elements}  # elements of a phase plane ({planes.rows} rows of XWP)")
-    emit(f"XN = {xn}  # the phase planes, plus the taps the last grid row reads past them")
+    lines += _phase_constants(planes, xn)
     emit(f"GRID = {grid}  # outputs computed: OH rows of XWP")
     emit("")
     emit("")
     lines += kernel_head("depthwise", "x, w, out, OC, HB, WC", parallel)
     taps = [(r, t) for r in range(g.R) for t in range(g.S)]
     terms = [f"xp[q + {planes.tap_offset(g, r, t)}] * w{r}_{t}" for r, t in taps]
-    body = [
-        "N, C = x.shape[0], x.shape[1]",
-        "O = C * M  # output channels",
-        "OC = max(OC, 1)",
-        "o_blocks = (O + OC - 1) // OC",
-        "# work items: (image, channel block)",
-        "for item in prange(N * o_blocks):",
-        "    n = item // o_blocks",
-        "    o_lo = item % o_blocks * OC",
-        "    o_hi = min(O, o_lo + OC)",
-        f"    xp = stack_array({xn}, x.dtype)  # the phase planes (XN): their borders stay zero",
-        "    for i in range(XN):",
-        "        xp[i] = 0",
-        f"    grid = stack_array({grid}, out.dtype)  # GRID",
-        "    for o in range(o_lo, o_hi):",
-        "        c = o // M",
-        "        m = o % M",
+    body = _grid_work_items(xn, grid) + [
         "        if o == o_lo or m == 0:  # a new input channel: copy its plane in",
         "            for h in range(H):",
         "                row = (h + PH) % SH * SW * PLANE + (h + PH) // SH * XWP",
     ]
     body += _copy_row(g, planes, "row", "h", 16)
     body += [f"        w{r}_{t} = w[c, m, {r}, {t}]" for r, t in taps]
-    body += ["        for q in range(GRID):", "            grid[q] = (" + terms[0]]
-    body += [f"                       + {term}" for term in terms[1:]]
-    body[-1] += ")"
+    body += _grid_sum(terms, 8)
     body += [
         "        for oh in range(OH):",
         "            for ow in range(OW):",
@@ -557,16 +537,43 @@ def _render_rows(template: _DepthwiseCpuTemplate, workload: Workload, config: Co
     emit(f"H, W, OH, OW = {g.H}, {g.W}, {g.OH}, {g.OW}")
     emit(f"CH = {chunk}  # output rows per chunk (tile_h[1])")
     emit(f"SPAN = {span}  # padded input rows a chunk reads")
-    emit(f"XWP = {planes.cols}  # a phase plane's columns: the grid's row stride")
-    emit(f"PLANE = {planes.phase_elements}  # elements of a phase plane ({planes.rows} rows of XWP)")
-    emit(f"XN = {xn}  # the phase planes, plus the taps the last grid row reads past them")
+    lines += _phase_constants(planes, xn)
     emit(f"GRID = {grid}  # outputs computed per chunk: CH rows of XWP")
     emit("")
     emit("")
     lines += kernel_head("depthwise", "x, w, out, OC, HB, WC", parallel)
     taps = [(r, t) for r in range(g.R) for t in range(g.S)]
     terms = [f"xp[q + {planes.tap_offset(g, r, t)}] * w{r}_{t}" for r, t in taps]
-    body = [
+    body = _grid_work_items(xn, grid)
+    body += [f"        w{r}_{t} = w[c, m, {r}, {t}]" for r, t in taps]
+    body += [
+        "        for oh0 in range(0, OH, CH):",
+        "            for p in range(SPAN):  # padded input row oh0 * SH + p",
+        "                h = oh0 * SH + p - PH",
+        "                row = p % SH * SW * PLANE + p // SH * XWP",
+        "                if 0 <= h < H:",
+    ]
+    body += _copy_row(g, planes, "row", "h", 20)
+    body += ["                else:  # a padding row (or past the last)"]
+    body += ["                    for j in range(XWP):"]
+    body += [f"                        xp[row + {pw * planes.phase_elements} + j] = 0" for pw in range(g.SW)]
+    body += _grid_sum(terms, 12)
+    body += [
+        "            for i in range(min(CH, OH - oh0)):",
+        "                for ow in range(OW):",
+        "                    out[n, o, oh0 + i, ow] = grid[i * XWP + ow]",
+    ]
+    lines += indent(body, 4)
+    lines += kernel_tail("depthwise", "x, w, out, OC, HB, WC", parallel)
+    emit("")
+    return "\n".join(lines)
+
+
+def _grid_work_items(xn: int, grid: int) -> list[str]:
+    """The plane and row-chunk kernels' work items (image, channel block), their stack buffers
+    (phase planes ``xp`` zeroed, ``grid``) and their loop over output channels ``o`` (input
+    channel ``c``, multiplier index ``m``)."""
+    return [
         "N, C = x.shape[0], x.shape[1]",
         "O = C * M  # output channels",
         "OC = max(OC, 1)",
@@ -584,30 +591,22 @@ def _render_rows(template: _DepthwiseCpuTemplate, workload: Workload, config: Co
         "        c = o // M",
         "        m = o % M",
     ]
-    body += [f"        w{r}_{t} = w[c, m, {r}, {t}]" for r, t in taps]
-    body += [
-        "        for oh0 in range(0, OH, CH):",
-        "            for p in range(SPAN):  # padded input row oh0 * SH + p",
-        "                h = oh0 * SH + p - PH",
-        "                row = p % SH * SW * PLANE + p // SH * XWP",
-        "                if 0 <= h < H:",
-    ]
-    body += _copy_row(g, planes, "row", "h", 20)
-    body += ["                else:  # a padding row (or past the last)"]
-    body += [f"                    for j in range(XWP):"]
-    body += [f"                        xp[row + {pw * planes.phase_elements} + j] = 0" for pw in range(g.SW)]
-    body += ["            for q in range(GRID):", "                grid[q] = (" + terms[0]]
-    body += [f"                           + {term}" for term in terms[1:]]
-    body[-1] += ")"
-    body += [
-        "            for i in range(min(CH, OH - oh0)):",
-        "                for ow in range(OW):",
-        "                    out[n, o, oh0 + i, ow] = grid[i * XWP + ow]",
-    ]
-    lines += indent(body, 4)
-    lines += kernel_tail("depthwise", "x, w, out, OC, HB, WC", parallel)
-    emit("")
-    return "\n".join(lines)
+
+
+def _grid_sum(terms: list[str], depth: int) -> list[str]:
+    """The one vector loop over the grid: ``grid[q]`` = the sum of the taps' ``terms`` (indented ``depth``)."""
+    pad = " " * depth
+    lines = [f"{pad}for q in range(GRID):", f"{pad}    grid[q] = (" + terms[0]]
+    lines += [f"{pad}               + {term}" for term in terms[1:]]
+    lines[-1] += ")"
+    return lines
+
+
+def _phase_constants(planes: "_PhasePlanes", xn: int) -> list[str]:
+    """The plane and row-chunk kernels' constants describing their phase planes."""
+    return [f"XWP = {planes.cols}  # a phase plane's columns: the grid's row stride",
+            f"PLANE = {planes.phase_elements}  # elements of a phase plane ({planes.rows} rows of XWP)",
+            f"XN = {xn}  # the phase planes, plus the taps the last grid row reads past them"]
 
 
 def _copy_row(g: ConvGeometry, planes: "_PhasePlanes", row: str, h: str, depth: int) -> list[str]:
