@@ -33,7 +33,7 @@ grid (``_render_plane``). Work items are (image, OC-block of output channels). L
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from measure_agent.device import DeviceInfo
 from measure_agent.space import BoolKnob, ChoiceKnob, Config, ConfigSpace, Constraint, SplitKnob
@@ -188,11 +188,12 @@ class _DepthwiseCpuTemplate(Template):
         if rows:
             named = {knob.name: knob for knob in knobs}
             fixed = _rows_fixed(named["tile_w"])
+            chunks_that_fit = frozenset(v[1] for v in named["tile_h"].values
+                                        if _row_chunk_elements(g, min(v[1], g.OH)) <= ROWS_MAX_ELEMENTS)
             constraints.append(Constraint(
                 ("vector_axis", "tile_c", "tile_h", *fixed),
                 lambda axis, tc, th, *rest: axis != ROWS_AXIS or (
-                    tc[-1] == 1 and rest == tuple(fixed.values())
-                    and _row_chunk_elements(g, min(th[1], g.OH)) <= ROWS_MAX_ELEMENTS),
+                    tc[-1] == 1 and rest == tuple(fixed.values()) and th[1] in chunks_that_fit),
                 "vector_axis=rows: tile_c's register tile is 1 (tile_c[1] channels per work item), a chunk of "
                 f"tile_h[1] rows fits in {ROWS_MAX_ELEMENTS} elements and "
                 + ", ".join(f"{k}={v}" for k, v in fixed.items()),
@@ -267,20 +268,19 @@ def _plane_fits(g: ConvGeometry) -> bool:
     return _PhasePlanes.of(g).elements(g) <= PLANE_MAX_ELEMENTS
 
 
-def _plane_fixed(tile_w: SplitKnob, tile_h: SplitKnob) -> dict[str, object]:
-    """The one value a plane config takes of each knob it does not use (it has no register tile,
-    row or column blocks, border or loop-order choice), so that plane configs differ only in
-    channels per work item and parallel: the space's constraint and the default both use it."""
-    return {"tile_w": tile_w.values[0], "tile_h": tile_h.values[0], "border": "padded_copy",
-            "loop_order": "channels_outer", "unroll_r": 1}
-
-
 def _rows_fixed(tile_w: SplitKnob) -> dict[str, object]:
-    """The one value a row-chunk config takes of each knob it does not use: as a plane config's,
-    except tile_h, whose rows per block are its rows per chunk."""
-    fixed = _plane_fixed(tile_w, tile_w)
-    del fixed["tile_h"]
-    return fixed
+    """The one value a row-chunk config takes of each knob it does not use (no register tile,
+    column blocks, border or loop-order choice); tile_h is free: its rows per block are the rows
+    per chunk."""
+    return {"tile_w": tile_w.values[0], "border": "padded_copy", "loop_order": "channels_outer", "unroll_r": 1}
+
+
+def _plane_fixed(tile_w: SplitKnob, tile_h: SplitKnob) -> dict[str, object]:
+    """The one value a plane config takes of each knob it does not use (a row-chunk config's, and
+    no row blocks either), so that plane configs differ only in channels per work item and
+    parallel: the space's constraint and the default both use it."""
+    fixed = _rows_fixed(tile_w)
+    return {"tile_w": fixed.pop("tile_w"), "tile_h": tile_h.values[0], **fixed}
 
 
 def _interior_columns(g: ConvGeometry) -> int:
@@ -501,10 +501,15 @@ def _render_plane(template: _DepthwiseCpuTemplate, workload: Workload, config: C
     return "\n".join(lines)
 
 
+def _chunk_span(g: ConvGeometry, chunk: int) -> int:
+    """The padded input rows that ``chunk`` output rows read."""
+    return (chunk - 1) * g.SH + (g.R - 1) * g.DH + 1
+
+
 def _row_chunk(g: ConvGeometry, chunk: int) -> "_PhasePlanes":
-    """The phase planes of ``chunk`` output rows (ROWS_AXIS): the padded input rows they read."""
-    span = (chunk - 1) * g.SH + (g.R - 1) * g.DH + 1  # padded input rows
-    return _PhasePlanes(-(-span // g.SH), -(-(g.W + 2 * g.PW) // g.SW), (g.S - 1) * g.DW // g.SW)
+    """The phase planes of ``chunk`` output rows (ROWS_AXIS): the whole plane's, cut to the rows
+    they read."""
+    return replace(_PhasePlanes.of(g), rows=-(-_chunk_span(g, chunk) // g.SH))
 
 
 def _row_chunk_elements(g: ConvGeometry, chunk: int) -> int:
@@ -524,7 +529,7 @@ def _render_rows(template: _DepthwiseCpuTemplate, workload: Workload, config: Co
     planes = _row_chunk(g, chunk)
     xn = planes.elements(g)
     grid = chunk * planes.cols
-    span = (chunk - 1) * g.SH + (g.R - 1) * g.DH + 1
+    span = _chunk_span(g, chunk)
     lines = header(f"{workload.op}_cpu v{template.version}: depthwise convolution, vectorised over the "
                    f"flattened zero-padded rows of chunks of {chunk} output rows of each channel",
                    workload, config, "depthwise(x, w, out, OC, HB, WC)",
