@@ -5,7 +5,13 @@ import pytest
 
 @pytest.fixture(scope="session")
 def kernel_cache_dir(tmp_path_factory):
-    """One numba kernel cache for the whole run: a variant compiled once is loaded afterwards."""
+    """One numba kernel cache for the whole run: a variant compiled once is loaded afterwards. Under
+    pytest-xdist every worker has its own base temp; the cache sits beside them, shared (kernel files
+    and numba's index are written atomically, so workers may fill it at once)."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = tmp_path_factory.getbasetemp().parent / "kernel-cache"
+        shared.mkdir(exist_ok=True)
+        return shared
     return tmp_path_factory.mktemp("kernel-cache")
 
 
