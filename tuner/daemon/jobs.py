@@ -444,13 +444,14 @@ class JobManager:
         except MeasurementAborted as exc:
             self._update(job, state=exc.job_status or "interrupted", message=str(exc))
             return
+        # The log first, then the clients: one told that the job failed finds it failed in the log.
         except SteeringError as exc:  # pins or constraints that no config of the agents' device fits
-            self._update(job, state="failed", message=f"{exc} (on the device of key {spec.device_key!r})")
             self._finish_in_log(job_id, "failed")
+            self._update(job, state="failed", message=f"{exc} (on the device of key {spec.device_key!r})")
             return
         except Exception as exc:  # noqa: BLE001 - a job's failure must not take the daemon down
-            self._update(job, state="failed", message=f"{type(exc).__name__}: {exc}")
             self._finish_in_log(job_id, "failed")
+            self._update(job, state="failed", message=f"{type(exc).__name__}: {exc}")
             return
         self._update(
             job,
