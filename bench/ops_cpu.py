@@ -81,6 +81,8 @@ LAYERS = {
                    "MobileNetV2 blocks 15-17 depthwise 3x3, 960 channels at 7x7"),
     "mv2_dw_960_nhwc": ("depthwise_conv2d_nhwc(N=1,C=960,H=7,W=7,R=3,S=3,pad=1)",
                         "the same, NHWC layout"),
+    "mv2_dw_144_nhwc": ("depthwise_conv2d_nhwc(N=1,C=144,H=56,W=56,R=3,S=3,pad=1)",
+                        "MobileNetV2 block 3 depthwise 3x3, 144 channels at 56x56, NHWC"),
     "mv3_dw_72_5x5_s2": ("depthwise_conv2d_nhwc(N=1,C=72,H=56,W=56,R=5,S=5,stride=2,pad=2)",
                          "MobileNetV3-Large bneck 4 depthwise 5x5 stride 2, 72 channels, 56x56 -> 28x28, NHWC"),
     "r50_fc": ("dense(M=1,N=1000,K=2048)", "ResNet-50 classifier, 2048 -> 1000"),
