@@ -444,8 +444,8 @@ class JobManager:
         except MeasurementAborted as exc:
             self._update(job, state=exc.job_status or "interrupted", message=str(exc))
             return
-        # The log first, then the clients: one told that the job failed finds it failed in the log.
         except SteeringError as exc:  # pins or constraints that no config of the agents' device fits
+            # the log first, then the clients: one told that the job failed finds it failed in the log
             self._finish_in_log(job_id, "failed")
             self._update(job, state="failed", message=f"{exc} (on the device of key {spec.device_key!r})")
             return
