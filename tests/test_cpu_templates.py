@@ -458,8 +458,8 @@ def test_rendered_kernel_is_readable_and_names_workload_and_config(text):
 
 def test_catalog_has_every_cpu_template():
     catalog = default_catalog()
-    versions = {"conv2d_nchw": "6", "conv2d_nhwc": "6", "depthwise_conv2d_nchw": "8",
-                "depthwise_conv2d_nhwc": "8", "dense": "5", "batch_matmul": "4", "matmul": "5"}
+    versions = {"conv2d_nchw": "6", "conv2d_nhwc": "6", "depthwise_conv2d_nchw": "9",
+                "depthwise_conv2d_nhwc": "9", "dense": "5", "batch_matmul": "4", "matmul": "5"}
     for op, version in versions.items():
         template = catalog.get(op, "cpu")
         assert template is not None and template.target == "cpu" and template.version == version
@@ -730,6 +730,48 @@ def test_nchw_depthwise_larger_planes_are_computed_in_chunks_of_rows(text, kerne
         check(w, config, kernel_cache_dir)
     # one value of each knob it does not use: no duplicates of one kernel
     assert len(rows_configs) == len({(c["tile_c"], c["tile_h"], c["parallel"]) for c in rows_configs})
+
+
+@pytest.mark.parametrize("text, tile_c, tile_w, unroll_r", [
+    # 20 channels by 16: the last channel tile shifts down; 17 columns by 8: the last tile shifts left
+    ("depthwise_conv2d_nhwc(N=2,C=20,H=9,W=17,R=3,S=3,pad=1)", (1, 16), (2, 8), 1),
+    # an interior of 10 columns, narrower than the 12-column tile: every column one at a time
+    ("depthwise_conv2d_nhwc(N=1,C=16,H=6,W=12,R=3,S=3,pad=1)", (1, 16), (1, 12), 2),
+    ("depthwise_conv2d_nhwc(N=1,C=24,H=11,W=40,R=3,S=5,stride_h=1,stride_w=3,pad=1,dilation=2,dtype=float64)",
+     (1, 8), (1, 4), 4),
+    ("depthwise_conv2d_nhwc(N=1,C=40,H=15,W=19,R=5,S=5,stride=2,pad=2)", (1, 32), (2, 3), 1),
+])
+def test_nhwc_tiles_over_channels_address_the_arrays_flat(text, tile_c, tile_w, unroll_r, kernel_cache_dir):
+    """NHWC tiles over channels (direct border, no multiplier) index flat views whose strides are the
+    workload's sizes (FLAT_TILES): shifted channel and column tiles, a tile wider than the interior,
+    batches, strides, dilation and float64 match the reference, serial and parallel; called with
+    arrays of other shapes, the kernel refuses them instead of reading past them."""
+    from measure_agent.engine.build import load_kernel
+    from measure_agent.engine.checking import make_problem
+
+    w = parse_workload(text)
+    template = TEMPLATES[w.op]
+    space = template.space(w, AVX512)
+
+    def split(name: str, inner: tuple[int, ...]) -> tuple[int, ...]:
+        return next(v for v in space.knob(name).values if v[-len(inner):] == inner)
+
+    config = space.make({**template.default_config(w, space).as_dict(), "vector_axis": "c", "border": "direct",
+                         "tile_c": split("tile_c", tile_c), "tile_w": split("tile_w", tile_w),
+                         "unroll_r": unroll_r})
+    source = template.render(w, config)
+    assert "xf = x.reshape(N * XH * XW * XC)" in source.text
+    for parallel in (False, True):
+        check(w, space.make({**config.as_dict(), "parallel": parallel}), kernel_cache_dir)
+    kernel = load_kernel(source, kernel_cache_dir)
+    x, weights = make_problem(w).inputs
+    out = np.zeros(w.spec.output_shape(w.params), dtype=w.dtype)
+    narrower, narrower_out = np.ascontiguousarray(x[:, :, :-1]), np.ascontiguousarray(out[:, :, :-1])
+    with pytest.raises(ValueError, match="not the shapes this kernel was rendered for"):
+        kernel(narrower, weights, narrower_out, *source.runtime_args)
+    # with a multiplier or a padded copy, the tiles keep their indexed columns
+    padded = template.render(w, space.make({**config.as_dict(), "border": "padded_copy"}))
+    assert "xf = " not in padded.text
 
 
 def test_plane_kernels_only_where_the_plane_fits():
