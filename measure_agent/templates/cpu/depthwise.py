@@ -734,6 +734,15 @@ ROWS_WRITTEN_OUT_LANES = 8
 # tiles over channels (which gather).
 
 
+# Column tiles that shift left to stay whole (vector_axis=w and FLAT_TILES): the tile over columns
+# [col_base, col_base + WT) that ends with the item's interior [a, b), or with the plane's where the
+# item's is narrower; its own columns are [j_first, j_last) of it, and it is stored whole when all
+# of its columns and channels are the item's.
+SHIFTED_TILE_SETUP = ["col_base = max(ow_lo, min(w0, b - WT))",
+                      "j_first, j_last = w0 - col_base, min(t_end, col_base + WT) - col_base"]
+SHIFTED_TILE_WHOLE = "o_first == 0 and o_last == OT and col_base >= a and col_base + WT <= b"
+
+
 def _tile_columns(lay: Layout, config: Config, multiplier: int, stride_w: int) -> list[str]:
     axis = config["vector_axis"]
     ot, wt = _tiles(config)
@@ -746,9 +755,7 @@ def _tile_columns(lay: Layout, config: Config, multiplier: int, stride_w: int) -
         # column from a stack buffer. Best / median of 15 interleaved rounds (Zen 4, GFLOPS): 8ch
         # 112x112 serial 23.3 / 23.2 -> 25.3 / 25.0 (another run: 100 -> 74 us), 96ch 28x28 17.8 /
         # 17.5 -> 26.6 / 19.7; 32ch 112x112 and 144ch 56x56 s2 within noise.
-        setup = ["col_base = max(ow_lo, min(w0, b - WT))",
-                 "j_first, j_last = w0 - col_base, min(t_end, col_base + WT) - col_base",
-                 "col0 = col_base * SW - OFF_W"]
+        setup = SHIFTED_TILE_SETUP + ["col0 = col_base * SW - OFF_W"]
         x_lane = "np.uint64(col0 + j * SW + s * DW)"
         if stride_w == 1 and wt % ROWS_WRITTEN_OUT_LANES == 0 and ot >= ROWS_WRITTEN_OUT_MIN:
             # each of the OT rows written out with its own loop over the lanes (see ROWS_WRITTEN_OUT)
@@ -761,8 +768,8 @@ def _tile_columns(lay: Layout, config: Config, multiplier: int, stride_w: int) -
                       f"        {tile.at('oo')} += wv * {lay.x('un', c_chan, 'uih', x_lane)}"]
         store = tile.store(row="oo", target=lambda b: lay.out("un", f"np.uint64(o_base + {b})", "uoh",
                                                                "np.uint64(col_base + j)"),
-                           whole="o_first == 0 and o_last == OT and col_base >= a and col_base + WT <= b",
-                           rows_edge="o_first, o_last", lanes_edge="j_first, j_last", first=None,
+                           whole=SHIFTED_TILE_WHOLE, rows_edge="o_first, o_last", lanes_edge="j_first, j_last",
+                           first=None,
                            contiguous=lay.nchw)
     else:  # rows: the WT columns; lanes: the OT channels (weights and inputs both vectors)
         tile = Tile(wt, ot, "oo")
@@ -814,8 +821,6 @@ def _flat_tile_columns(config: Config, g: ConvGeometry) -> list[str]:
     """Register tiles of WT columns x OT channels over the interior columns (FLAT_TILES)."""
     ot, wt = _tiles(config)
     tile = Tile(wt, ot, "oo")
-    setup = ["col_base = max(ow_lo, min(w0, b - WT))  # a partial last tile shifts left: whole",
-             "j_first, j_last = w0 - col_base, min(t_end, col_base + WT) - col_base"]
     taps = range(g.S)
     update = (["xr = np.uint64(((n * XH + ih0 + r * DH) * XW + col_base * SW - OFF_W) * XC + o_base)",
                "wr = np.uint64(r * S * XC + o_base)",
@@ -826,10 +831,10 @@ def _flat_tile_columns(config: Config, g: ConvGeometry) -> list[str]:
     reduction = unrolled_loop("r", "r_lo", "r_hi", config["unroll_r"], update)
     store = ["ob = np.uint64(((n * YH + oh) * YW + col_base) * XC + o_base)"] + tile.store(
         row="j", target=lambda b: f"of[ob + np.uint64({b} * XC + oo)]",
-        whole="o_first == 0 and o_last == OT and col_base >= a and col_base + WT <= b",
-        rows_edge="j_first, j_last", lanes_edge="o_first, o_last", first=None, contiguous=True)
+        whole=SHIFTED_TILE_WHOLE, rows_edge="j_first, j_last", lanes_edge="o_first, o_last", first=None,
+        contiguous=True)
     return (["for w0 in range(a, t_end, WT):  # interior columns: register tiles"]
-            + indent(setup + tile.zero() + reduction + store, 4))
+            + indent(SHIFTED_TILE_SETUP + tile.zero() + reduction + store, 4))
 
 
 def _single_columns(lay: Layout, config: Config, multiplier: int) -> list[str]:
