@@ -51,11 +51,11 @@ def serial(space: ConfigSpace, config: Config) -> Config:
     return space.make({**config.as_dict(), "parallel": False})
 
 
-def with_choices(workload: Workload, **choices) -> Config:
-    """The default config of ``workload`` with ``choices``; a split given as its inner factors
-    (``(tiles, tile)``) takes the split knob's value that ends with them."""
+def with_choices(workload: Workload, device: DeviceInfo | None = None, **choices) -> Config:
+    """The default config of ``workload`` (on ``device``) with ``choices``; a split given as its
+    inner factors (``(tiles, tile)``) takes the split knob's value that ends with them."""
     template = TEMPLATES[workload.op]
-    space = template.space(workload)
+    space = template.space(workload, device)
     values = template.default_config(workload, space).as_dict()
     for name, value in choices.items():
         if isinstance(value, tuple):
@@ -746,30 +746,22 @@ def test_nhwc_tiles_over_channels_address_the_arrays_flat(text, tile_c, tile_w, 
     workload's sizes (FLAT_TILES): shifted channel and column tiles, a tile wider than the interior,
     batches, strides, dilation and float64 match the reference, serial and parallel; called with
     arrays of other shapes, the kernel refuses them instead of reading past them."""
-    from measure_agent.engine.build import load_kernel
     from measure_agent.engine.checking import make_problem
 
     w = parse_workload(text)
     template = TEMPLATES[w.op]
     space = template.space(w, AVX512)
-
-    def split(name: str, inner: tuple[int, ...]) -> tuple[int, ...]:
-        return next(v for v in space.knob(name).values if v[-len(inner):] == inner)
-
-    config = space.make({**template.default_config(w, space).as_dict(), "vector_axis": "c", "border": "direct",
-                         "tile_c": split("tile_c", tile_c), "tile_w": split("tile_w", tile_w),
-                         "unroll_r": unroll_r})
-    source = template.render(w, config)
+    config = with_choices(w, AVX512, vector_axis="c", border="direct", tile_c=tile_c, tile_w=tile_w,
+                          unroll_r=unroll_r)
+    check(w, serial(space, config), kernel_cache_dir)
+    kernel, source = check_kernel(template, w, space.make({**config.as_dict(), "parallel": True}), kernel_cache_dir)
     assert "xf = x.reshape(N * XH * XW * XC)" in source.text
-    for parallel in (False, True):
-        check(w, space.make({**config.as_dict(), "parallel": parallel}), kernel_cache_dir)
-    kernel = load_kernel(source, kernel_cache_dir)
     x, weights = make_problem(w).inputs
     out = np.zeros(w.spec.output_shape(w.params), dtype=w.dtype)
     narrower, narrower_out = np.ascontiguousarray(x[:, :, :-1]), np.ascontiguousarray(out[:, :, :-1])
     with pytest.raises(ValueError, match="not the shapes this kernel was rendered for"):
         kernel(narrower, weights, narrower_out, *source.runtime_args)
-    # with a multiplier or a padded copy, the tiles keep their indexed columns
+    # with a padded copy, the tiles keep their indexed columns
     padded = template.render(w, space.make({**config.as_dict(), "border": "padded_copy"}))
     assert "xf = " not in padded.text
 
