@@ -338,6 +338,11 @@ def test_defaults_follow_the_measured_schedules():
     wider = parse_workload("depthwise_conv2d_nhwc(N=1,C=96,H=112,W=112,R=3,S=3,stride=2,pad=1)")
     config = TEMPLATES[wider.op].default_config(wider, TEMPLATES[wider.op].space(wider))
     assert config["vector_axis"] == "c" and config["tile_c"] == (6, 1, 16)  # two vectors, one per work item
+    for channels, tile in ((144, 16), (72, 32), (960 * 2, 32)):  # AVX-512: 16 lanes
+        # one vector where two would leave a partial last channel tile and one does not
+        layer = parse_workload(f"depthwise_conv2d_nhwc(N=1,C={channels},H=56,W=56,R=3,S=3,pad=1)")
+        config = TEMPLATES[layer.op].default_config(layer, TEMPLATES[layer.op].space(layer, AVX512))
+        assert config["tile_c"][-1] == tile, channels
     gemv = parse_workload("dense(M=1,N=1000,K=2048)")
     config = TEMPLATES["dense"].default_config(gemv, TEMPLATES["dense"].space(gemv))
     assert config["vector_axis"] == "k"  # W read once, in place
