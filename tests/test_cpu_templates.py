@@ -338,6 +338,13 @@ def test_defaults_follow_the_measured_schedules():
     wider = parse_workload("depthwise_conv2d_nhwc(N=1,C=96,H=112,W=112,R=3,S=3,stride=2,pad=1)")
     config = TEMPLATES[wider.op].default_config(wider, TEMPLATES[wider.op].space(wider))
     assert config["vector_axis"] == "c" and config["tile_c"] == (6, 1, 16)  # two vectors, one per work item
+    for text, device, tile in (("C=128,H=56,W=56,K=128", AVX512, 64), ("C=128,H=56,W=56,K=128", AVX2, 16),
+                               ("C=512,H=14,W=14,K=512", AVX512, 32)):
+        # 3x3 NCHW rows cap the columns at 5 broadcasts x 3 taps: 32 registers take more channel
+        # vectors instead, where the plane has outputs enough
+        layer = parse_workload(f"conv2d_nchw(N=1,{text},R=3,S=3,stride=2,pad=1)")
+        config = TEMPLATES[layer.op].default_config(layer, TEMPLATES[layer.op].space(layer, device))
+        assert config["algorithm"] == "direct" and config["tile_k"][-1] == tile, (text, device.isa_features)
     for channels, tile in ((144, 16), (72, 32), (960 * 2, 32)):  # AVX-512: 16 lanes
         # one vector where two would leave a partial last channel tile and one does not
         layer = parse_workload(f"depthwise_conv2d_nhwc(N=1,C={channels},H=56,W=56,R=3,S=3,pad=1)")

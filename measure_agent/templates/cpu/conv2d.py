@@ -89,6 +89,13 @@ CORES_GUESS = 2
 # A 7-tap row (ResNet's 7x7 stem) stays a loop at wide tiles: WT 2-10 within noise (138-154).
 UNROLLED_ROW_TAPS = 3
 ROW_BROADCASTS = 16
+# Output-channel vectors of a direct tile whose columns ROW_BROADCASTS capped, as the accumulators
+# allow, with 32 vector registers (2-core AVX-512 Xeon, 3x3 s2 128ch 56x56: 4 vectors x 4 columns
+# 209-223 GFLOPS, 2 x 4 171-187; 3x3 s2 64ch 56x56 224-232 / 176-187; 3x3 s2 256ch 28x28
+# 231-232 / 188-192; 3x3 32->64ch 56x56 240 / 201). Not on planes of few outputs, whose weights are
+# re-read for each of few output rows: 3x3 s2 512ch 14x14 (49 outputs) ran 110-117 / 136-140.
+MAX_KT_VECTORS = 4
+WIDE_KT_MIN_OUTPUTS = 128
 # Winograd register tiles: tiles of a panel broadcast against KT-channel vectors. Measured (2-core
 # Xeon, AVX-512, 2 vectors of output channels): 8 tiles 272-314 GFLOPS on ResNet-50's 3x3 layers,
 # 10 tiles 204-275, 12 tiles ~100 (spills), 5 tiles 147-273.
@@ -199,7 +206,8 @@ class _Conv2dCpuTemplate(Template):
         with packed weights: KT = two vectors (or less), WT the column tile that fits the remaining
         accumulator registers and wastes least on the row's last tile (AVX2 float32: 16 x 6 at 56
         or 28 columns, 16 x 5 at 14, 12 accumulators), in NCHW with filter rows of up to 3 taps at
-        most ``ROW_BROADCASTS`` broadcasts a row (3x3: WT <= 5); all
+        most ``ROW_BROADCASTS`` broadcasts a row (3x3: WT <= 5), and then, with 32 registers and at
+        least ``WIDE_KT_MIN_OUTPUTS`` outputs a plane, KT up to ``MAX_KT_VECTORS`` vectors; all
         input channels in one reduction block; output-channel blocks whose packed weights fit in
         L2; work items split over rows (or columns) until every core has several; with a stride,
         each input patch is kept hot across the channel tiles (``spatial_outer``).
@@ -224,9 +232,14 @@ class _Conv2dCpuTemplate(Template):
             axis, pack = "k", True
             kt = g.K if g.K <= 2 * lanes else 2 * lanes
             wt_at_most = vt.max_accumulators // vt.accumulator_vectors(1, kt, dtype)
-            if self.layout == "nchw" and g.S <= UNROLLED_ROW_TAPS:
+            row_capped = self.layout == "nchw" and g.S <= UNROLLED_ROW_TAPS
+            if row_capped:
                 wt_at_most = min(wt_at_most, ROW_BROADCASTS // g.S)
             wt = pick_tile(g.cols, vt.default_broadcast_tiles, wt_at_most)
+            if row_capped and kt < g.K and vt.registers >= 32 and g.rows * g.cols >= WIDE_KT_MIN_OUTPUTS:
+                # the accumulators the capped row left free: more output-channel vectors per broadcast
+                # (measured with 32 registers; with 16 the weight vectors would crowd the broadcasts)
+                kt = min(g.K, min(MAX_KT_VECTORS, vt.max_accumulators // wt) * lanes)
         kc_at_most = max(kt, WEIGHT_BLOCK_BYTES // (g.C * g.R * g.S * itemsize))
         tile_k = pick_split(space.knob("tile_k"), kt, kc_at_most, inner_ok=lambda t: t == kt)
         k_blocks = math.ceil(g.K / (tile_k[1] * kt))
