@@ -92,8 +92,8 @@ ROW_BROADCASTS = 16
 # Output-channel vectors of a direct tile whose columns ROW_BROADCASTS capped, as the accumulators
 # allow, with 32 vector registers (2-core AVX-512 Xeon, 3x3 s2 128ch 56x56: 4 vectors x 4 columns
 # 209-223 GFLOPS, 2 x 4 171-187; 3x3 s2 64ch 56x56 224-232 / 176-187; 3x3 s2 256ch 28x28
-# 231-232 / 188-192; 3x3 32->64ch 56x56 240 / 201). Not on planes of few outputs, whose weights are
-# re-read for each of few output rows: 3x3 s2 512ch 14x14 (49 outputs) ran 110-117 / 136-140.
+# 231-232 / 188-192; 3x3 32->64ch 56x56 240 / 201). Not on planes of few outputs, where it was
+# slower and why is not known: 3x3 s2 512ch 14x14 (49 outputs) ran 110-117 / 136-140.
 MAX_KT_VECTORS = 4
 WIDE_KT_MIN_OUTPUTS = 128
 # Winograd register tiles: tiles of a panel broadcast against KT-channel vectors. Measured (2-core
