@@ -238,7 +238,7 @@ class _Conv2dCpuTemplate(Template):
             wt = pick_tile(g.cols, vt.default_broadcast_tiles, wt_at_most)
             if row_capped and kt < g.K and vt.registers >= 32 and g.rows * g.cols >= WIDE_KT_MIN_OUTPUTS:
                 # the accumulators the capped row left free: more output-channel vectors per broadcast
-                # (measured with 32 registers; with 16 the weight vectors would crowd the broadcasts)
+                # (measured with 32 registers only; AVX2's 16 keep two vectors, not measured here)
                 kt = min(g.K, min(MAX_KT_VECTORS, vt.max_accumulators // wt) * lanes)
         kc_at_most = max(kt, WEIGHT_BLOCK_BYTES // (g.C * g.R * g.S * itemsize))
         tile_k = pick_split(space.knob("tile_k"), kt, kc_at_most, inner_ok=lambda t: t == kt)
